@@ -1,0 +1,5 @@
+import sys
+
+from asyncq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,267 @@
+"""App: the task registry, the connection pool, migrations and the worker entry point."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+import anyio
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from asyncq import embedded, migrate
+from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
+from asyncq.retry import Backoff
+from asyncq.task import Task
+from asyncq.worker.supervisor import Worker, WorkerStats, settings_from
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN as it may be logged: host, port, database and user; never a password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    host = str(parts.get("host") or "localhost")
+    port = parts.get("port") or "5432"
+    where = host if host.startswith("/") else f"{host}:{port}"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    return f"postgresql://{user}{where}/{parts.get('dbname', '')}"
+
+
+class App:
+    """An asyncq application: register tasks on it, open it, defer jobs, run workers.
+
+    DSN resolution: the ``dsn`` argument, then ``$ASYNCQ_DSN``, then the embedded
+    PostgreSQL (``asyncq[embedded]``). Nothing connects until `open`.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        connect_timeout: float = 10.0,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        retention: timedelta = timedelta(days=7),
+        application_name: str = "asyncq",
+    ) -> None:
+        if pool_min_size < 0 or pool_max_size < max(pool_min_size, 1):
+            raise ConfigurationError("need 0 <= pool_min_size <= pool_max_size, pool_max_size >= 1")
+        if max_args_bytes < 2:
+            raise ConfigurationError("max_args_bytes must be at least 2")
+        if retention < timedelta(0):
+            raise ConfigurationError("retention must not be negative")
+        self._dsn_argument = dsn
+        self.pool_min_size = pool_min_size
+        self.pool_max_size = pool_max_size
+        self.connect_timeout = connect_timeout
+        self.max_args_bytes = max_args_bytes
+        self.retention = retention
+        self.application_name = application_name
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._dsn: str | None = None
+        self._pool: AsyncConnectionPool | None = None
+
+    # -- tasks ------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        queue: str = "default",
+        max_attempts: int = 3,
+        name: str | None = None,
+        priority: int = 0,
+        retry: Backoff | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, Awaitable[R]] | None = None,
+        /,
+        *,
+        queue: str = "default",
+        max_attempts: int = 3,
+        name: str | None = None,
+        priority: int = 0,
+        retry: Backoff | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
+        """Register an ``async def`` as a task. The name defaults to ``module.qualname``."""
+
+        def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
+            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            if task_name in self.tasks:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            task = Task(
+                self,
+                function,
+                name=task_name,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+                retry=retry or Backoff(),
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- connections ------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The resolved DSN (after `open`). Holds any password: do not log it."""
+        if self._dsn is None:
+            raise AppNotOpen()
+        return self._dsn
+
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise AppNotOpen()
+        return self._pool
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "application_name": self.application_name,
+            "connect_timeout": max(1, round(self.connect_timeout)),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+
+    async def _resolve_dsn(self) -> str:
+        if self._dsn_argument:
+            logger.info("using PostgreSQL at %s", describe_dsn(self._dsn_argument))
+            return self._dsn_argument
+        from_env = os.environ.get("ASYNCQ_DSN")
+        if from_env:
+            logger.info("using PostgreSQL at %s (from ASYNCQ_DSN)", describe_dsn(from_env))
+            return from_env
+        return await anyio.to_thread.run_sync(embedded.start)
+
+    async def open(self) -> None:
+        """Resolve the DSN and open the pool; raises `DatabaseUnavailable` if it cannot."""
+        if self._pool is not None:
+            return
+        dsn = await self._resolve_dsn()
+        pool = AsyncConnectionPool(
+            dsn,
+            min_size=self.pool_min_size,
+            max_size=self.pool_max_size,
+            kwargs=self.connect_kwargs(),
+            timeout=self.connect_timeout,
+            open=False,
+            name="asyncq",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.connect_timeout)
+        except PoolTimeout:
+            await pool.close()
+            raise DatabaseUnavailable(
+                f"could not connect to PostgreSQL at {describe_dsn(dsn)}"
+                f" within {self.connect_timeout:.0f}s"
+            ) from None
+        self._dsn, self._pool = dsn, pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> App:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(
+        self, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """``conn`` itself when given (the caller's transaction), else one from the pool."""
+        if conn is not None:
+            yield conn
+            return
+        async with self.pool.connection() as pooled:
+            yield pooled
+
+    # -- schema -----------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, **self.connect_kwargs()) as conn:
+            return await migrate.apply(conn)
+
+    # -- workers ----------------------------------------------------------------
+
+    async def run_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 10,
+        batch_size: int | None = None,
+        lease: float = 30.0,
+        grace: float = 20.0,
+        poll_interval: float = 1.0,
+        drain: bool = False,
+        handle_signals: bool = True,
+    ) -> WorkerStats:
+        """Run a worker until SIGTERM/SIGINT (or cancellation); with ``drain``, until no job
+        is ready or running. Opens the App if it is not open."""
+        settings = settings_from(
+            queues=queues,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            lease=lease,
+            grace=grace,
+            poll_interval=poll_interval,
+            drain=drain,
+            handle_signals=handle_signals,
+            retention=self.retention,
+        )
+        opened_here = self._pool is None
+        await self.open()
+        try:
+            worker = Worker(
+                worker_id=f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
+                tasks=self.tasks,
+                pool=self.pool,
+                conninfo=self.dsn,
+                connect_kwargs=self.connect_kwargs(),
+                settings=settings,
+            )
+            return await worker.run()
+        finally:
+            if opened_here:
+                await self.close()

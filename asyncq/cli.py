@@ -1,0 +1,196 @@
+"""The ``asyncq`` command. The only place that configures logging."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import psycopg
+
+import asyncq
+from asyncq.app import App
+from asyncq.errors import AsyncqError
+
+logger = logging.getLogger("asyncq.cli")
+
+
+class CommandError(Exception):
+    """A one-line error for the user; printed without a traceback."""
+
+
+def load_app(path: str) -> App:
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CommandError(f"expected MODULE:APP (for example myproject.jobs:app), got {path!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import module {module_name!r}: {exc}") from None
+    obj: Any = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(obj, App):
+        raise CommandError(f"{path} is a {type(obj).__name__}, not an asyncq.App")
+    return obj
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncq",
+        description="asyncq: an asyncio task queue on PostgreSQL.",
+        epilog="The database is $ASYNCQ_DSN, else the App's DSN, else the embedded PostgreSQL.",
+    )
+    parser.add_argument("--version", action="version", version=f"asyncq {asyncq.__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: INFO)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run a worker until SIGTERM/SIGINT",
+        description="Run a worker: claim jobs from the queues and run their tasks until"
+        " SIGTERM or SIGINT (a second signal exits at once).",
+    )
+    worker.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    worker.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="Q",
+        help="serve this queue (repeat for several; default: every queue)",
+    )
+    worker.add_argument(
+        "-c",
+        "--concurrency",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="jobs run at once (default: 10)",
+    )
+    worker.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="most jobs claimed by one query (default: the concurrency, at most 100)",
+    )
+    worker.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a claimed job stays this worker's without a heartbeat (default: 30)",
+    )
+    worker.add_argument(
+        "--grace",
+        type=_seconds,
+        default=20.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running jobs may finish before they are handed"
+        " back (default: 20)",
+    )
+    worker.add_argument(
+        "--poll-interval",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="look for ready jobs at least this often, notifications or not (default: 1)",
+    )
+    worker.add_argument(
+        "--drain",
+        action="store_true",
+        help="exit once no job is ready and none is running (for scripts and tests)",
+    )
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="create or upgrade the asyncq schema",
+        description="Create or upgrade the asyncq schema. Safe to run from several"
+        " processes at once.",
+    )
+    migrate.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    return parser
+
+
+async def _worker(app: App, args: argparse.Namespace) -> None:
+    if args.lease <= 0:
+        raise CommandError("--lease must be more than 0 seconds")
+    await app.run_worker(
+        args.queues,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        lease=args.lease,
+        grace=args.grace,
+        poll_interval=args.poll_interval,
+        drain=args.drain,
+    )
+
+
+async def _migrate(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        applied = await app.migrate()
+    if applied:
+        logger.info("schema migrated to version %d", applied[-1])
+    else:
+        logger.info("schema already up to date")
+
+
+def _run(command: Callable[[], Awaitable[None]]) -> None:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        anyio.run(command)
+    else:
+        anyio.run(command, backend_options={"use_uvloop": True})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    commands = {"worker": _worker, "migrate": _migrate}
+    try:
+        app = load_app(args.app)
+        _run(lambda: commands[args.command](app, args))
+    except CommandError as exc:
+        print(f"asyncq: error: {exc}", file=sys.stderr)
+        return 2
+    except (AsyncqError, psycopg.OperationalError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"asyncq: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

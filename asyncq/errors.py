@@ -1,0 +1,65 @@
+"""Errors asyncq raises.
+
+    AsyncqError
+    ├── ConfigurationError        a bad option, name or DSN, found before any I/O
+    │   └── InvalidName           a queue or task name asyncq refuses (also ValueError)
+    ├── ArgumentsError            job arguments asyncq cannot store (also TypeError)
+    │   └── PayloadTooLarge       serialised arguments over the configured cap
+    ├── AppNotOpen                the App's pool is not open
+    ├── DatabaseUnavailable       the database could not be reached
+    ├── SchemaNotMigrated         the jobs table is missing or older than this asyncq
+    ├── TaskNotFound              a job names a task this worker does not know
+    ├── TaskArgumentsMismatch     a job's stored arguments do not fit its function
+    └── NotInJob                  current_job() outside a running job
+
+Each error's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class AsyncqError(Exception):
+    """An asyncq error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(AsyncqError):
+    """asyncq is configured wrongly."""
+
+
+class InvalidName(ConfigurationError, ValueError):
+    """This queue or task name is not allowed."""
+
+
+class ArgumentsError(AsyncqError, TypeError):
+    """The job's arguments cannot be stored: they must be JSON-serialisable."""
+
+
+class PayloadTooLarge(ArgumentsError):
+    """The job's serialised arguments are larger than the configured cap."""
+
+
+class AppNotOpen(AsyncqError):
+    """The App is not open: use `async with app:` or `await app.open()` first."""
+
+
+class DatabaseUnavailable(AsyncqError):
+    """The database could not be reached."""
+
+
+class SchemaNotMigrated(AsyncqError):
+    """The asyncq schema is missing or out of date: run `asyncq migrate MODULE:APP`."""
+
+
+class TaskNotFound(AsyncqError):
+    """The job names a task that this worker does not know."""
+
+
+class TaskArgumentsMismatch(AsyncqError):
+    """The job's stored arguments do not fit the task's function."""
+
+
+class NotInJob(AsyncqError):
+    """current_job() was called outside a running asyncq job."""

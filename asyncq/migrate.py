@@ -1,0 +1,91 @@
+"""Apply ``sql/migrations/NNNN_name.sql`` in order, once each, under an advisory lock.
+
+Each migration runs in its own transaction together with its row in
+``asyncq_migrations``, so a failed migration leaves nothing half done, and
+concurrent ``asyncq migrate`` runs wait for each other instead of racing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from asyncq.errors import SchemaNotMigrated
+
+logger = logging.getLogger(__name__)
+
+_LOCK = "SELECT pg_advisory_lock(hashtext('asyncq.migrate.' || current_schema()))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtext('asyncq.migrate.' || current_schema()))"
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS asyncq_migrations (
+    version    int PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+_APPLIED = "SELECT version FROM asyncq_migrations"
+_RECORD = "INSERT INTO asyncq_migrations (version, name) VALUES (%s, %s)"
+_CURRENT = """
+SELECT CASE WHEN to_regclass('asyncq_migrations') IS NULL THEN 0
+            ELSE (SELECT coalesce(max(version), 0) FROM asyncq_migrations) END"""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    folder = resources.files("asyncq").joinpath("sql/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+LATEST_VERSION = migrations()[-1].version
+
+
+async def apply(conn: AsyncConnection[Any]) -> list[int]:
+    """Bring the schema up to date; returns the versions applied now. Idempotent."""
+    await conn.set_autocommit(True)
+    await conn.execute(_LOCK)
+    try:
+        await conn.execute(_VERSION_TABLE)
+        applied = {row[0] for row in await (await conn.execute(_APPLIED)).fetchall()}
+        done = []
+        for migration in migrations():
+            if migration.version in applied:
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(_RECORD, (migration.version, migration.name))
+            logger.info(
+                "applied migration %04d_%s",
+                migration.version,
+                migration.name,
+                extra={"action": "migration_applied", "version": migration.version},
+            )
+            done.append(migration.version)
+        return done
+    finally:
+        await conn.execute(_UNLOCK)
+
+
+async def check(conn: AsyncConnection[Any]) -> None:
+    """Raise `SchemaNotMigrated` unless the schema is at this asyncq's version."""
+    row = await (await conn.execute(_CURRENT)).fetchone()
+    version = int(row[0]) if row else 0
+    if version < LATEST_VERSION:
+        raise SchemaNotMigrated(
+            f"the asyncq schema is at version {version}, this asyncq needs {LATEST_VERSION}:"
+            " run `asyncq migrate MODULE:APP` (or `await app.migrate()`)"
+        )

@@ -1,0 +1,131 @@
+-- Every query asyncq runs, as named blocks. store.py loads them by name.
+-- Writes after the claim are fenced: they touch a row only while it is still
+-- running as the same attempt, claimed by the same worker.
+
+-- name: insert_job
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key)
+VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)),
+        %(max_attempts)s, %(unique_key)s)
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+RETURNING id
+
+-- name: live_job_with_key
+SELECT id FROM asyncq_jobs
+ WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
+
+-- name: insert_jobs
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
+SELECT %(task_name)s, %(queue)s, a::jsonb, %(priority)s,
+       coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s
+  FROM unnest(%(args)s::text[]) AS a
+RETURNING id
+
+-- name: claim_any
+WITH next AS MATERIALIZED (
+    SELECT id FROM asyncq_jobs
+     WHERE status = 'queued' AND run_at <= now()
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(limit)s
+       FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE asyncq_jobs AS j
+   SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+       locked_at = now(), lease = %(lease)s, expires_at = now() + %(lease)s
+  FROM next
+ WHERE j.id = next.id
+RETURNING j.id, j.task_name, j.queue, j.args, j.attempts, j.max_attempts
+
+-- name: claim_queues
+WITH next AS MATERIALIZED (
+    SELECT id FROM asyncq_jobs
+     WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(limit)s
+       FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE asyncq_jobs AS j
+   SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+       locked_at = now(), lease = %(lease)s, expires_at = now() + %(lease)s
+  FROM next
+ WHERE j.id = next.id
+RETURNING j.id, j.task_name, j.queue, j.args, j.attempts, j.max_attempts
+
+-- name: mark_done
+UPDATE asyncq_jobs AS j
+   SET status = 'done', finished_at = now(), expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
+ WHERE j.id = f.id AND j.attempts = f.attempt
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id
+
+-- name: mark_failed
+-- A failed attempt: back to queued after its backoff, or failed once attempts are used up
+-- (or at once when give_up is set).
+UPDATE asyncq_jobs AS j
+   SET status = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+       run_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                     THEN j.run_at ELSE now() + make_interval(secs => f.retry_in) END,
+       finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts THEN now() END,
+       last_error = f.error,
+       expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(retry_in)s::float8[],
+              %(errors)s::text[], %(give_up)s::bool[]) AS f(id, attempt, retry_in, error, give_up)
+ WHERE j.id = f.id AND j.attempts = f.attempt
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id, j.status::text
+
+-- name: release
+-- Hand unfinished jobs back at shutdown: the attempt is not counted.
+UPDATE asyncq_jobs AS j
+   SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
+       locked_at = NULL, expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
+ WHERE j.id = f.id AND j.attempts = f.attempt
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id
+
+-- name: heartbeat
+UPDATE asyncq_jobs AS j
+   SET locked_at = now(), expires_at = now() + j.lease
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
+ WHERE j.id = f.id AND j.attempts = f.attempt
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id
+
+-- name: try_reaper_lock
+SELECT pg_try_advisory_xact_lock(hashtext('asyncq.reaper.' || current_schema()))
+
+-- name: reap_expired
+-- Jobs whose worker stopped renewing the lease: the attempt counts.
+UPDATE asyncq_jobs AS j
+   SET status = CASE WHEN j.attempts >= j.max_attempts
+                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+       run_at = now(),
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       last_error = format('LeaseExpired: worker %%s stopped renewing its lease during attempt %%s of %%s',
+                           j.locked_by, j.attempts, j.max_attempts),
+       expires_at = NULL
+  FROM (SELECT id FROM asyncq_jobs
+         WHERE status = 'running' AND expires_at < now()
+         ORDER BY expires_at
+         LIMIT %(limit)s
+           FOR NO KEY UPDATE SKIP LOCKED) AS expired
+ WHERE j.id = expired.id
+RETURNING j.id, j.status::text
+
+-- name: prune_done
+DELETE FROM asyncq_jobs
+ WHERE id IN (SELECT id FROM asyncq_jobs
+               WHERE status = 'done' AND finished_at < now() - %(retention)s
+               ORDER BY finished_at
+               LIMIT %(limit)s)
+
+-- name: find_jobs_table
+SELECT n.nspname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid = to_regclass('asyncq_jobs')
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM asyncq_migrations

@@ -1,0 +1,258 @@
+"""Tasks: registered ``async def`` functions, and how their jobs are written."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from asyncq import store
+from asyncq.errors import ArgumentsError, InvalidName, PayloadTooLarge, TaskArgumentsMismatch
+from asyncq.retry import Backoff
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from asyncq.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_NAME_LENGTH = 200
+
+
+def validate_name(kind: str, value: object) -> str:
+    """Queue and task names: non-empty text without control characters."""
+    if not isinstance(value, str) or not value:
+        raise InvalidName(f"a {kind} name must be a non-empty string, not {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidName(f"a {kind} name must be at most {MAX_NAME_LENGTH} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidName(f"a {kind} name must not contain control characters: {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeferOptions:
+    conn: AsyncConnection[Any] | None = None
+    queue: str
+    priority: int = 0
+    delay: float = 0.0
+    run_at: datetime | None = None
+    unique_key: str | None = None
+    max_attempts: int
+
+
+def _check_options(options: DeferOptions) -> DeferOptions:
+    validate_name("queue", options.queue)
+    if not isinstance(options.max_attempts, int) or options.max_attempts < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, not {options.max_attempts!r}")
+    if not isinstance(options.priority, int) or not -(2**31) <= options.priority < 2**31:
+        raise ValueError(f"priority must be a 32-bit int, not {options.priority!r}")
+    if options.run_at is not None and options.run_at.tzinfo is None:
+        raise ValueError("run_at must be an aware datetime (with a tzinfo)")
+    if options.unique_key is not None and not isinstance(options.unique_key, str):
+        raise ValueError(f"unique_key must be a string, not {options.unique_key!r}")
+    return options
+
+
+class _ArgsCodec:
+    """Binds call arguments to parameter names (JSON object) and back."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.signature = inspect.signature(fn)
+        self.params = self.signature.parameters
+        kinds = {p.kind for p in self.params.values()}
+        self.keywords_only = not kinds & {
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.VAR_POSITIONAL,
+        }
+
+    def bind(self, task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{task_name}: {exc}") from None
+        stored: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if self.params[name].kind is inspect.Parameter.VAR_KEYWORD:
+                clash = stored.keys() & value.keys()
+                if clash:
+                    raise TypeError(f"{task_name}: ambiguous argument names {sorted(clash)}")
+                stored.update(value)
+            else:
+                stored[name] = value
+        return stored
+
+    def call(
+        self, fn: Callable[..., Coroutine[Any, Any, Any]], stored: Any
+    ) -> Coroutine[Any, Any, Any]:
+        if not isinstance(stored, dict):
+            raise TaskArgumentsMismatch(
+                "arguments must be a JSON object keyed by parameter name,"
+                f" not {type(stored).__name__}"
+            )
+        positional: list[Any] = []
+        keywords = dict(stored)
+        if not self.keywords_only:
+            for param in self.params.values():
+                if param.kind is inspect.Parameter.POSITIONAL_ONLY and param.name in keywords:
+                    positional.append(keywords.pop(param.name))
+                elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+                    extra = keywords.pop(param.name, [])
+                    if not isinstance(extra, list):
+                        raise TaskArgumentsMismatch(f"*{param.name} must be stored as a JSON array")
+                    positional.extend(extra)
+        try:
+            self.signature.bind(*positional, **keywords)
+        except TypeError as exc:
+            raise TaskArgumentsMismatch(f"arguments do not fit {fn.__qualname__}: {exc}") from None
+        return fn(*positional, **keywords)
+
+
+class Task(Generic[P, R]):
+    """A registered task: ``await task.defer(...)`` queues a job, ``await task(...)`` runs it."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        priority: int,
+        retry: Backoff,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@app.task needs an async def function, not {fn!r}")
+        self.app = app
+        self.fn = fn
+        self.name = validate_name("task", name)
+        self.retry = retry
+        self.defaults = _check_options(
+            DeferOptions(queue=queue, max_attempts=max_attempts, priority=priority)
+        )
+        self._codec = _ArgsCodec(fn)
+
+    @property
+    def queue(self) -> str:
+        return self.defaults.queue
+
+    @property
+    def max_attempts(self) -> int:
+        return self.defaults.max_attempts
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        return self.fn(*args, **kwargs)
+
+    async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Write one job and return its id."""
+        return await Deferrer(self, self.defaults).defer(*args, **kwargs)
+
+    async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Write one job per dict of keyword arguments in one round trip; returns their ids."""
+        return await Deferrer(self, self.defaults).defer_many(kwargs_list)
+
+    def options(
+        self,
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Deferrer[P]:
+        """The same task with other options for the jobs it writes."""
+        if delay is not None and run_at is not None:
+            raise ValueError("give delay or run_at, not both")
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds is not None and (not isinstance(seconds, int | float) or seconds < 0):
+            raise ValueError(f"delay must be >= 0 seconds, not {delay!r}")
+        changes: dict[str, Any] = {
+            "conn": conn,
+            "delay": float(seconds or 0.0),
+            "run_at": run_at,
+            "unique_key": unique_key,
+        }
+        if priority is not None:
+            changes["priority"] = priority
+        if queue is not None:
+            changes["queue"] = queue
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        return Deferrer(self, _check_options(replace(self.defaults, **changes)))
+
+    def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The job's ``args`` column: arguments bound to parameter names, as JSON."""
+        stored = self._codec.bind(self.name, args, kwargs)
+        try:
+            text = json.dumps(stored, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise ArgumentsError(
+                f"arguments of {self.name} must be JSON-serialisable: {exc}"
+            ) from None
+        if "\\u0000" in text:
+            raise ArgumentsError(f"arguments of {self.name} contain a NUL character")
+        size = len(text.encode("utf-8"))
+        if size > self.app.max_args_bytes:
+            raise PayloadTooLarge(
+                f"arguments of {self.name} are {size} bytes as JSON;"
+                f" the cap is {self.app.max_args_bytes} (App(max_args_bytes=...))"
+            )
+        return text
+
+    def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]:
+        """The coroutine for stored arguments; `TaskArgumentsMismatch` if they do not fit."""
+        return self._codec.call(self.fn, stored_args)
+
+
+class Deferrer(Generic[P]):
+    """A task with fixed options; from `Task.options`."""
+
+    def __init__(self, task: Task[P, Any], options: DeferOptions) -> None:
+        self.task = task
+        self.opts = options
+
+    async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Write one job and return its id (or the live job's id for a taken unique_key)."""
+        encoded = self.task.encode(args, kwargs)
+        async with self.task.app.connection(self.opts.conn) as conn:
+            return await store.insert_job(
+                conn,
+                task_name=self.task.name,
+                queue=self.opts.queue,
+                args=encoded,
+                priority=self.opts.priority,
+                run_at=self.opts.run_at,
+                delay=self.opts.delay,
+                max_attempts=self.opts.max_attempts,
+                unique_key=self.opts.unique_key,
+            )
+
+    async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Write one job per dict of keyword arguments in one round trip; returns their ids."""
+        if self.opts.unique_key is not None:
+            raise ValueError("defer_many cannot take a unique_key")
+        encoded = [self.task.encode((), dict(kwargs)) for kwargs in kwargs_list]
+        if not encoded:
+            return []
+        async with self.task.app.connection(self.opts.conn) as conn:
+            return await store.insert_jobs(
+                conn,
+                task_name=self.task.name,
+                queue=self.opts.queue,
+                args=encoded,
+                priority=self.opts.priority,
+                run_at=self.opts.run_at,
+                delay=self.opts.delay,
+                max_attempts=self.opts.max_attempts,
+            )

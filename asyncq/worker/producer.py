@@ -1,0 +1,91 @@
+"""The producer: claims jobs in batches sized to the free slots and starts them.
+
+A notification or the poll timer wakes it; a full batch means more work is
+likely waiting, so it claims again as soon as enough slots are free.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from asyncq import store
+from asyncq.job import Job
+from asyncq.worker.state import Slots, Wakeup, backoff_delay
+
+logger = logging.getLogger(__name__)
+
+
+class Producer:
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool,
+        worker: str,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        batch_size: int,
+        slots: Slots,
+        wakeup: Wakeup,
+        poll_interval: float,
+        start_job: Callable[[Job], None],
+        is_idle: Callable[[], bool],
+        drain: bool,
+    ) -> None:
+        self.pool = pool
+        self.worker = worker
+        self.queues = list(queues) if queues else None
+        self.lease = lease
+        self.batch_size = batch_size
+        self.slots = slots
+        self.wakeup = wakeup
+        self.poll_interval = poll_interval
+        self.start_job = start_job
+        self.is_idle = is_idle
+        self.drain = drain
+        # When busy, wait for half a batch of free slots rather than claiming one job at a time.
+        self.refill_at = max(1, min(batch_size, slots.total) // 2)
+        self.claimed = 0
+
+    async def run(self) -> None:
+        """Claim until cancelled; in drain mode, return once nothing is ready or running."""
+        failures = 0
+        while True:
+            await self.slots.wait_free(self.refill_at)
+            want = min(self.slots.free, self.batch_size)
+            try:
+                jobs = await self._claim(want)
+            except (psycopg.Error, PoolTimeout, OSError) as exc:
+                failures += 1
+                delay = backoff_delay(failures)
+                logger.warning(
+                    "claim failed (%s); retrying in %.1fs",
+                    type(exc).__name__,
+                    delay,
+                    extra={"action": "claim_failed"},
+                )
+                await anyio.sleep(delay)
+                continue
+            failures = 0
+            self.slots.take(len(jobs))
+            self.claimed += len(jobs)
+            for job in jobs:
+                self.start_job(job)
+            if len(jobs) < want:
+                if self.drain:
+                    if not jobs and self.is_idle():
+                        return
+                    await self.wakeup.wait(min(self.poll_interval, 0.05))
+                else:
+                    await self.wakeup.wait(self.poll_interval)
+
+    async def _claim(self, limit: int) -> list[Job]:
+        async with self.pool.connection() as conn:
+            return await store.claim(
+                conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
+            )

@@ -1,0 +1,70 @@
+"""What the worker's services share: the jobs it holds, its free slots, its wake-up."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import anyio
+
+from asyncq.job import Job
+
+
+@dataclass(slots=True)
+class Held:
+    """A job this worker holds: executing, or finished and waiting for its write."""
+
+    job: Job
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    executing: bool = True
+    lost: bool = False
+
+
+class Wakeup:
+    """A level-triggered wake-up: many `set` calls before a `wait` fold into one."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait for a `set` (or a pending one); False after ``seconds``."""
+        with anyio.move_on_after(seconds):
+            await self._event.wait()
+        woken = self._event.is_set()
+        if woken:
+            self._event = anyio.Event()
+        return woken
+
+
+class Slots:
+    """Concurrency slots: taken when a job is claimed, given back when it finishes."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._freed = anyio.Event()
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
+
+    def take(self, n: int) -> None:
+        self.used += n
+
+    def give_back(self) -> None:
+        self.used -= 1
+        self._freed.set()
+
+    async def wait_free(self, at_least: int) -> None:
+        while self.free < min(at_least, self.total):
+            await self._freed.wait()
+            self._freed = anyio.Event()
+
+
+def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 15.0) -> float:
+    """Reconnect backoff with full jitter, for the worker's own database errors."""
+    return random.uniform(base / 2, min(cap, base * math.pow(2, min(attempt, 16))))

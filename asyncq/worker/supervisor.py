@@ -1,0 +1,337 @@
+"""The supervisor: starts the worker's services in one task group and runs shutdown.
+
+Shutdown: stop claiming, let running jobs finish within the grace period,
+cancel what is left and hand it back to the queue (the attempt not counted),
+write every outcome, close. A second SIGTERM/SIGINT exits at once; the
+lease then brings those jobs back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from asyncq import migrate, store
+from asyncq.errors import ConfigurationError, SchemaNotMigrated
+from asyncq.job import Job
+from asyncq.task import Task, validate_name
+from asyncq.worker.completer import Completer
+from asyncq.worker.executor import Outcome, execute
+from asyncq.worker.heartbeat import Heartbeat
+from asyncq.worker.listener import Listener
+from asyncq.worker.producer import Producer
+from asyncq.worker.reaper import Reaper
+from asyncq.worker.state import Held, Slots, Wakeup
+
+logger = logging.getLogger(__name__)
+
+CLOSE_DEADLINE = 10.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerSettings:
+    queues: tuple[str, ...] | None = None
+    concurrency: int = 10
+    batch_size: int = 10
+    lease: float = 30.0
+    grace: float = 20.0
+    poll_interval: float = 1.0
+    reap_interval: float = 2.0
+    retention: timedelta = timedelta(days=7)
+    listener_health_interval: float = 10.0
+    listener_health_timeout: float = 5.0
+    drain: bool = False
+    handle_signals: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerStats:
+    """What a worker did, returned when it stops."""
+
+    worker: str
+    claimed: int
+    done: int
+    failed_attempts: int
+    released: int
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        tasks: Mapping[str, Task[Any, Any]],
+        pool: AsyncConnectionPool,
+        conninfo: str,
+        connect_kwargs: Mapping[str, Any],
+        settings: WorkerSettings,
+    ) -> None:
+        self.id = worker_id
+        self.tasks = tasks
+        self.pool = pool
+        self.conninfo = conninfo
+        self.connect_kwargs = dict(connect_kwargs)
+        self.settings = settings
+        self.held: dict[int, Held] = {}
+        self.slots = Slots(settings.concurrency)
+        self.wakeup = Wakeup()
+        self._unfinished: list[Job] = []
+        self._released = 0
+        self._stopping = False
+        self._producer_scope: anyio.CancelScope | None = None
+        self._jobs: anyio.abc.TaskGroup | None = None
+        self._signals = 0
+
+    # -- control --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs get the grace period to finish."""
+        if self._stopping:
+            return
+        self._stopping = True
+        logger.info(
+            "stopping: no new claims; waiting up to %.0fs for %d running jobs",
+            self.settings.grace,
+            self.slots.used,
+            extra={"action": "worker_stopping"},
+        )
+        if self._producer_scope is not None:
+            self._producer_scope.cancel()
+
+    # -- run ------------------------------------------------------------------
+
+    async def run(self) -> WorkerStats:
+        channel = await self._check_schema()
+        control = AsyncConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=1,
+            kwargs=self.connect_kwargs,
+            open=False,
+            name=f"asyncq-control-{self.id}",
+        )
+        await control.open(wait=False)
+        settings = self.settings
+        lease = timedelta(seconds=settings.lease)
+        completer = Completer(pool=self.pool, worker=self.id, on_written=self._written)
+        self._completer = completer
+        producer = Producer(
+            pool=self.pool,
+            worker=self.id,
+            queues=settings.queues,
+            lease=lease,
+            batch_size=settings.batch_size,
+            slots=self.slots,
+            wakeup=self.wakeup,
+            poll_interval=settings.poll_interval,
+            start_job=self._start_job,
+            is_idle=lambda: not self.held,
+            drain=settings.drain,
+        )
+        listener = Listener(
+            connect=lambda: psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs),
+            channel=channel,
+            queues=settings.queues,
+            wakeup=self.wakeup,
+            health_interval=settings.listener_health_interval,
+            health_timeout=settings.listener_health_timeout,
+        )
+        heartbeat = Heartbeat(
+            pool=control, worker=self.id, held=self.held, interval=settings.lease / 4
+        )
+        reaper = Reaper(pool=control, interval=settings.reap_interval, retention=settings.retention)
+        logger.info(
+            "worker %s started: queues=%s concurrency=%d batch_size=%d lease=%.0fs",
+            self.id,
+            ",".join(settings.queues) if settings.queues else "*",
+            settings.concurrency,
+            settings.batch_size,
+            settings.lease,
+            extra={"action": "worker_started", "worker": self.id},
+        )
+        restore = self._install_signal_handlers() if settings.handle_signals else None
+        try:
+            async with anyio.create_task_group() as services:
+                await services.start(listener.run)
+                await services.start(heartbeat.run)
+                await services.start(reaper.run)
+                async with anyio.create_task_group() as writing:
+                    await writing.start(completer.run)
+                    try:
+                        await self._claim_and_run(producer)
+                    finally:
+                        with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
+                            await self._hand_back()
+                        completer.close()
+                services.cancel_scope.cancel()
+        finally:
+            if restore:
+                restore()
+            with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
+                await control.close()
+        stats = WorkerStats(
+            worker=self.id,
+            claimed=producer.claimed,
+            done=completer.done,
+            failed_attempts=completer.failed_attempts,
+            released=self._released,
+        )
+        logger.info(
+            "worker %s stopped: %d claimed, %d done, %d failed attempts, %d handed back",
+            self.id,
+            stats.claimed,
+            stats.done,
+            stats.failed_attempts,
+            stats.released,
+            extra={"action": "worker_stopped", "worker": self.id},
+        )
+        return stats
+
+    async def _check_schema(self) -> str:
+        try:
+            async with self.pool.connection() as conn:
+                schema = await store.find_jobs_table(conn)
+                if schema is None:
+                    raise SchemaNotMigrated(
+                        "there is no asyncq_jobs table on this database's search path:"
+                        " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
+                    )
+                await migrate.check(conn)
+        except PoolTimeout as exc:
+            raise psycopg.OperationalError(str(exc)) from exc
+        return f"asyncq.{schema}"
+
+    async def _claim_and_run(self, producer: Producer) -> None:
+        async with anyio.create_task_group() as jobs:
+            self._jobs = jobs
+            if not self._stopping:
+                with anyio.CancelScope() as self._producer_scope:
+                    await producer.run()
+            with anyio.move_on_after(self.settings.grace):
+                await self.slots.wait_free(self.slots.total)
+            still = [h for h in self.held.values() if h.executing]
+            if still:
+                logger.warning(
+                    "grace period over: cancelling %d running jobs and handing them back",
+                    len(still),
+                    extra={"action": "jobs_cancelled"},
+                )
+            for held in still:
+                held.scope.cancel()
+
+    def _start_job(self, job: Job) -> None:
+        held = Held(job)
+        self.held[job.id] = held
+        assert self._jobs is not None
+        self._jobs.start_soon(self._run_one, held, name=f"asyncq job {job.id}")
+
+    async def _run_one(self, held: Held) -> None:
+        outcome: Outcome | None = None
+        try:
+            with held.scope:
+                outcome = await execute(held.job, self.tasks, self.id)
+        finally:
+            held.executing = False
+            self.slots.give_back()
+            if held.lost:
+                self.held.pop(held.job.id, None)
+            elif outcome is not None:
+                self._completer.submit(outcome)
+            else:
+                self._unfinished.append(held.job)
+
+    def _written(self, job_id: int) -> None:
+        self.held.pop(job_id, None)
+
+    async def _hand_back(self) -> None:
+        jobs, self._unfinished = self._unfinished, []
+        if not jobs:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                released = await store.release(
+                    conn,
+                    worker=self.id,
+                    ids=[j.id for j in jobs],
+                    attempts=[j.attempt for j in jobs],
+                )
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            logger.warning(
+                "could not hand back %d jobs (%s); their lease will bring them back",
+                len(jobs),
+                type(exc).__name__,
+                extra={"action": "release_failed"},
+            )
+            return
+        self._released += len(released)
+        for job in jobs:
+            self.held.pop(job.id, None)
+        logger.info(
+            "handed back %d unfinished jobs to the queue",
+            len(released),
+            extra={"action": "jobs_released"},
+        )
+
+    # -- signals --------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> Callable[[], None] | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        loop = asyncio.get_running_loop()
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals == 1:
+                loop.call_soon_threadsafe(self.stop)
+            else:
+                os.write(2, b"asyncq: second signal, exiting at once\n")
+                os._exit(1)
+
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+
+def settings_from(
+    *,
+    queues: Sequence[str] | None,
+    concurrency: int,
+    batch_size: int | None,
+    lease: float,
+    **rest: Any,
+) -> WorkerSettings:
+    """Validated settings; `ConfigurationError` names the bad option."""
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ConfigurationError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    if not lease > 0:
+        raise ConfigurationError(f"lease must be > 0 seconds, not {lease!r}")
+    for name in ("grace", "poll_interval", "reap_interval"):
+        if name in rest and not rest[name] >= 0:
+            raise ConfigurationError(f"{name} must be >= 0 seconds, not {rest[name]!r}")
+    for queue in queues or ():
+        validate_name("queue", queue)
+    return WorkerSettings(
+        queues=tuple(queues) if queues else None,
+        concurrency=concurrency,
+        batch_size=batch_size or min(concurrency, 100),
+        lease=lease,
+        **rest,
+    )
