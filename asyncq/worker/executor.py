@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from asyncq.task import Task
 MAX_ERROR_CHARS = 8000
 MAX_TRACEBACK_FRAMES = 12
 DEFAULT_BACKOFF = Backoff()
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +37,10 @@ class Outcome:
 def describe_error(exc: BaseException) -> str:
     """``Type: message`` and a trimmed traceback, without frame locals."""
     head = "".join(traceback.format_exception_only(exc)).strip()
-    frames = traceback.format_tb(exc.__traceback__, limit=-MAX_TRACEBACK_FRAMES)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next  # asyncq's own frames say nothing about the job
+    frames = traceback.format_tb(tb or exc.__traceback__, limit=-MAX_TRACEBACK_FRAMES)
     text = head + ("\n\nTraceback (most recent call last):\n" + "".join(frames) if frames else "")
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 15] + "\n... (trimmed)"
