@@ -20,6 +20,8 @@ from asyncq.worker.state import Slots, Wakeup, backoff_delay
 
 logger = logging.getLogger(__name__)
 
+CLAIM_DEADLINE = 30.0
+
 
 class Producer:
     def __init__(
@@ -60,7 +62,7 @@ class Producer:
             want = min(self.slots.free, self.batch_size)
             try:
                 jobs = await self._claim(want)
-            except (psycopg.Error, PoolTimeout, OSError) as exc:
+            except (psycopg.Error, PoolTimeout, OSError, TimeoutError) as exc:
                 failures += 1
                 delay = backoff_delay(failures)
                 logger.warning(
@@ -85,7 +87,12 @@ class Producer:
                     await self.wakeup.wait(self.poll_interval)
 
     async def _claim(self, limit: int) -> list[Job]:
-        async with self.pool.connection() as conn:
-            return await store.claim(
-                conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
-            )
+        # Shielded: a claim cancelled after it committed would leave its jobs running with
+        # nobody to run them until their lease expired. Stopping waits for it instead.
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + CLAIM_DEADLINE
+            async with self.pool.connection() as conn:
+                return await store.claim(
+                    conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
+                )
+        raise TimeoutError(f"claim took longer than {CLAIM_DEADLINE:.0f}s")

@@ -53,21 +53,22 @@ class Reaper:
     async def once(self) -> None:
         async with self.pool.connection() as conn:
             reaped = await store.reap_expired(conn, limit=REAP_LIMIT)
-            if reaped is None:
-                return  # another worker's reaper holds the lock
-            for job_id, status in reaped.items():
-                self.reaped += 1
-                logger.warning(
-                    "job %d: its worker stopped renewing the lease; now %s",
-                    job_id,
-                    status,
-                    extra={"action": "job_reaped", "job_id": job_id},
-                )
-            now = anyio.current_time()
-            if now >= self._next_prune:
-                self._next_prune = now + self.prune_interval
-                pruned = PRUNE_LIMIT
-                while pruned == PRUNE_LIMIT:
+        if reaped is None:
+            return  # another worker's reaper holds the lock
+        for job_id, status in reaped.items():
+            self.reaped += 1
+            logger.warning(
+                "job %d: its worker stopped renewing the lease; now %s",
+                job_id,
+                status,
+                extra={"action": "job_reaped", "job_id": job_id},
+            )
+        now = anyio.current_time()
+        if now >= self._next_prune:
+            self._next_prune = now + self.prune_interval
+            pruned = PRUNE_LIMIT
+            while pruned == PRUNE_LIMIT:  # a connection per batch: the heartbeat shares the pool
+                async with self.pool.connection() as conn:
                     pruned = await store.prune_done(
                         conn, retention=self.retention, limit=PRUNE_LIMIT
                     )

@@ -117,7 +117,7 @@ class Worker:
         control = AsyncConnectionPool(
             self.conninfo,
             min_size=1,
-            max_size=1,
+            max_size=2,
             kwargs=self.connect_kwargs,
             open=False,
             name=f"asyncq-control-{self.id}",
@@ -175,6 +175,8 @@ class Worker:
                         with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
                             await self._hand_back()
                         completer.close()
+                        # Outcomes not written by then are brought back by their lease.
+                        writing.cancel_scope.deadline = anyio.current_time() + CLOSE_DEADLINE
                 services.cancel_scope.cancel()
         finally:
             if restore:
