@@ -98,14 +98,26 @@ class _ArgsCodec:
         positional: list[Any] = []
         keywords = dict(stored)
         if not self.keywords_only:
+            # Parameters before *args must be passed by position, in order and without a gap.
+            gap = False
             for param in self.params.values():
-                if param.kind is inspect.Parameter.POSITIONAL_ONLY and param.name in keywords:
-                    positional.append(keywords.pop(param.name))
-                elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+                if param.kind is inspect.Parameter.VAR_POSITIONAL:
                     extra = keywords.pop(param.name, [])
                     if not isinstance(extra, list):
                         raise TaskArgumentsMismatch(f"*{param.name} must be stored as a JSON array")
+                    if extra and gap:
+                        raise TaskArgumentsMismatch(
+                            f"*{param.name} is given but an earlier positional argument is not"
+                        )
                     positional.extend(extra)
+                elif param.kind in (
+                    inspect.Parameter.POSITIONAL_ONLY,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                ):
+                    if gap or param.name not in keywords:
+                        gap = True
+                    else:
+                        positional.append(keywords.pop(param.name))
         try:
             self.signature.bind(*positional, **keywords)
         except TypeError as exc:
