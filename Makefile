@@ -1,0 +1,47 @@
+# Everyday commands. `make install` once, then the others.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PATHS := asyncq tests examples
+
+.PHONY: help install test lint fmt typecheck check example ci clean
+
+help:
+	@echo "make install    virtualenv in $(VENV) with asyncq[embedded,test], editable"
+	@echo "make test       pytest (ASYNCQ_TEST_DSN=... to use your own PostgreSQL)"
+	@echo "make lint       ruff check and ruff format --check"
+	@echo "make fmt        ruff format and ruff check --fix"
+	@echo "make typecheck  mypy --strict"
+	@echo "make check      lint, typecheck and test"
+	@echo "make example    run examples/quickstart.py"
+	@echo "make ci         what CI runs, in a fresh .ci-venv"
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -e '.[embedded,test]'
+
+test:
+	$(BIN)/pytest
+
+lint:
+	$(BIN)/ruff check $(PATHS)
+	$(BIN)/ruff format --check $(PATHS)
+
+fmt:
+	$(BIN)/ruff format $(PATHS)
+	$(BIN)/ruff check --fix $(PATHS)
+
+typecheck:
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+example:
+	$(BIN)/python examples/quickstart.py
+
+ci:
+	bash .ci/run
+
+clean:
+	rm -rf .ci-venv .mypy_cache .ruff_cache .pytest_cache build dist
