@@ -33,7 +33,7 @@ class Backoff:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         exponent = max(attempt - 1, 0)
         try:
-            raw = self.base * self.factor**exponent
+            raw = self.base * float(self.factor) ** exponent  # float: fails fast on overflow
         except OverflowError:
             raw = self.cap
         capped = min(raw, self.cap)
