@@ -11,6 +11,8 @@ import pytest
 
 pytestmark = pytest.mark.anyio
 
+pytest.importorskip("fastapi", reason="FastAPI comes with the test extra")
+
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
