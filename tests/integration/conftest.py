@@ -29,9 +29,7 @@ def drain(app: asyncq.App) -> Drain:
 
 
 @pytest.fixture
-def settle(
-    app: asyncq.App, db: psycopg.Connection[tuple[Any, ...]], drain: Drain
-) -> Settle:
+def settle(app: asyncq.App, db: psycopg.Connection[tuple[Any, ...]], drain: Drain) -> Settle:
     """Drain until every given job is done or failed.
 
     Between drains it waits until the earliest ``run_at`` of the jobs still
@@ -39,8 +37,8 @@ def settle(
     as soon as they are due. Returns the final (id, status, attempts) rows.
     """
 
-    async def run(ids: Sequence[int], *, timeout: float = 20, **options: Any) -> list[Any]:
-        with anyio.fail_after(timeout):
+    async def run(ids: Sequence[int], *, limit: float = 20, **options: Any) -> list[Any]:
+        with anyio.fail_after(limit):
             while True:
                 await drain(**options)
                 rows = db.execute(

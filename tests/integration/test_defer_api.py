@@ -46,9 +46,7 @@ async def test_table_has_the_contract_columns(app: asyncq.App, db: Any) -> None:
     types = dict(rows)
     for column, data_type in CONTRACT_COLUMNS.items():
         assert types.get(column) == data_type, column
-    statuses = db.execute(
-        "SELECT enum_range(NULL::asyncq_job_status)::text[]"
-    ).fetchone()[0]
+    statuses = db.execute("SELECT enum_range(NULL::asyncq_job_status)::text[]").fetchone()[0]
     assert set(statuses) == {"queued", "running", "done", "failed", "cancelled"}
 
 
@@ -155,9 +153,7 @@ async def test_defer_many_validates_every_item_before_writing(app: asyncq.App, d
     assert db.execute("SELECT count(*) FROM asyncq_jobs").fetchone()[0] == 0
 
 
-async def test_calling_the_task_runs_in_process_without_the_queue(
-    app: asyncq.App, db: Any
-) -> None:
+async def test_calling_the_task_runs_in_process_without_the_queue(app: asyncq.App, db: Any) -> None:
     @app.task
     async def add(a: int, b: int) -> int:
         with pytest.raises(asyncq.NotInJob):
@@ -215,9 +211,7 @@ async def test_conn_option_rolls_back_with_the_callers_transaction(
     assert db.execute("SELECT count(*) FROM asyncq_jobs").fetchone()[0] == 0
 
 
-async def test_conn_option_inside_a_transaction_block(
-    app: asyncq.App, dsn: str, db: Any
-) -> None:
+async def test_conn_option_inside_a_transaction_block(app: asyncq.App, dsn: str, db: Any) -> None:
     @app.task
     async def note(text: str) -> None:
         pass
@@ -258,8 +252,12 @@ async def test_delay_pushes_run_at_and_the_job_is_not_claimed(
     assert ran == [4]
     assert stats.claimed == 1
     statuses = dict(db.execute("SELECT id, status::text FROM asyncq_jobs").fetchall())
-    assert statuses == {seconds: "queued", as_timedelta: "queued", fractional: "queued",
-                        now_job: "done"}
+    assert statuses == {
+        seconds: "queued",
+        as_timedelta: "queued",
+        fractional: "queued",
+        now_job: "done",
+    }
 
 
 async def test_run_at_in_the_future_is_not_claimed_in_the_past_is(

@@ -1,0 +1,210 @@
+"""Bad input at defer is refused before anything is written; odd names round-trip."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+import uuid
+from typing import Any
+
+import pytest
+
+import asyncq
+
+pytestmark = pytest.mark.anyio
+
+HOSTILE_NAMES = [
+    "q'; DROP TABLE asyncq_jobs; --",
+    "очередь-キュー",
+    'quote"double',
+    "back\\slash %s %(x)s {}",
+    "emoji 🙂 and spaces",
+    "x" * 200,
+]
+
+
+def count(db: Any) -> int:
+    return int(db.execute("SELECT count(*) FROM asyncq_jobs").fetchone()[0])
+
+
+def stable_id(value: Any) -> str:
+    """A test id that does not change between runs (no memory addresses)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        object(),
+        {1, 2},
+        dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+        dt.date(2024, 1, 1),
+        float("nan"),
+        float("inf"),
+        b"bytes",
+        decimal.Decimal("1.5"),
+        uuid.UUID(int=1),
+        {"nested": [object()]},
+        {(1, 2): "tuple key"},
+        "NUL \x00 inside",
+    ],
+    ids=stable_id,
+)
+async def test_unserialisable_arguments_raise_type_error_and_write_nothing(
+    app: asyncq.App, db: Any, value: Any
+) -> None:
+    @app.task
+    async def store(value: Any) -> None:
+        pass
+
+    with pytest.raises(asyncq.ArgumentsError) as info:
+        await store.defer(value)
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(TypeError):
+        await store.defer_many([{"value": 1}, {"value": value}])
+    with pytest.raises(TypeError):
+        await store.options(priority=1).defer(value=value)
+    assert count(db) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),  # missing
+        ((1, 2, 3), {}),  # too many positional
+        ((1,), {"b": 2, "c": 3}),  # unknown keyword
+        ((1,), {"a": 1}),  # given twice
+    ],
+)
+async def test_arguments_not_fitting_the_signature_raise_and_write_nothing(
+    app: asyncq.App, db: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    @app.task
+    async def pair(a: int, b: int = 0) -> None:
+        pass
+
+    with pytest.raises(TypeError):
+        await pair.defer(*args, **kwargs)
+    assert count(db) == 0
+
+
+async def test_payload_over_the_cap_raises_and_writes_nothing(dsn: str, db: Any) -> None:
+    async with asyncq.App(dsn, max_args_bytes=100) as small:
+
+        @small.task
+        async def blob(data: str) -> None:
+            pass
+
+        with pytest.raises(asyncq.PayloadTooLarge) as info:
+            await blob.defer("x" * 200)
+        assert isinstance(info.value, TypeError)
+        assert "100" in str(info.value)
+        # Multi-byte characters count by their UTF-8 size.
+        with pytest.raises(asyncq.PayloadTooLarge):
+            await blob.defer("é" * 45)
+        with pytest.raises(asyncq.PayloadTooLarge):
+            await blob.defer_many([{"data": "ok"}, {"data": "y" * 200}])
+        assert count(db) == 0
+        # Just under the cap is fine: '{"data":"…"}' is 11 bytes plus the text.
+        job_id = await blob.defer("z" * 89)
+    assert db.execute("SELECT args FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone() == (
+        {"data": "z" * 89},
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["", "x" * 201, "line\nbreak", "tab\there", "nul\x00", "del\x7f", "\x1b[31m"]
+)
+async def test_bad_queue_names_are_refused(app: asyncq.App, db: Any, name: str) -> None:
+    @app.task
+    async def job() -> None:
+        pass
+
+    with pytest.raises(asyncq.InvalidName) as info:
+        job.options(queue=name)
+    assert isinstance(info.value, ValueError)
+
+    async def other() -> None:
+        pass
+
+    with pytest.raises(asyncq.InvalidName):
+        app.task(queue=name)(other)
+    if name:  # an empty task name means the default name
+        with pytest.raises(asyncq.InvalidName):
+            app.task(name=name)(other)
+    assert list(app.tasks) == [job.name]
+    with pytest.raises(asyncq.InvalidName):
+        await app.run_worker(queues=[name], drain=True, handle_signals=False)
+    assert count(db) == 0
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_odd_queue_names_round_trip_and_are_served(
+    app: asyncq.App, db: Any, drain: Any, name: str
+) -> None:
+    seen: list[str] = []
+
+    @app.task(queue=name)
+    async def job() -> None:
+        seen.append(asyncq.current_job().queue)
+
+    job_id = await job.defer()
+    other = await job.options(queue="plain").defer()
+    assert db.execute("SELECT queue FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone() == (
+        name,
+    )
+    ids = await job.options(queue=name).defer_many([{}, {}])
+    stats = await drain(queues=[name])
+    assert stats.done == 3
+    assert seen == [name] * 3
+    statuses = dict(db.execute("SELECT id, status::text FROM asyncq_jobs").fetchall())
+    assert statuses == {job_id: "done", ids[0]: "done", ids[1]: "done", other: "queued"}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_odd_task_names_round_trip_and_run(
+    app: asyncq.App, db: Any, drain: Any, name: str
+) -> None:
+    seen: list[str] = []
+
+    @app.task(name=name)
+    async def job(text: str) -> None:
+        seen.append(f"{asyncq.current_job().task_name}|{text}")
+
+    job_id = await job.defer(name)
+    row = db.execute("SELECT task_name, args FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == (name, {"text": name})
+    await drain()
+    assert seen == [f"{name}|{name}"]
+
+
+async def test_odd_unique_keys_round_trip(app: asyncq.App, db: Any) -> None:
+    @app.task
+    async def job() -> None:
+        pass
+
+    for key in HOSTILE_NAMES:
+        first = await job.options(unique_key=key).defer()
+        assert await job.options(unique_key=key).defer() == first
+    assert count(db) == len(HOSTILE_NAMES)
+
+
+async def test_duplicate_task_names_are_refused(app: asyncq.App) -> None:
+    @app.task(name="same")
+    async def one() -> None:
+        pass
+
+    with pytest.raises(asyncq.ConfigurationError):
+
+        @app.task(name="same")
+        async def two() -> None:
+            pass
+
+
+async def test_non_async_functions_are_refused(app: asyncq.App) -> None:
+    def plain() -> None:
+        pass
+
+    with pytest.raises(TypeError):
+        app.task(plain)  # type: ignore[arg-type]

@@ -1,0 +1,230 @@
+"""Jobs that cannot run properly: recorded as errors, never a crash, never dropped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import asyncq
+
+pytestmark = pytest.mark.anyio
+
+
+def insert(db: Any, task_name: str, args: str, **columns: Any) -> int:
+    names = ["task_name", "args", *columns]
+    values = [task_name, args, *columns.values()]
+    row = db.execute(
+        f"INSERT INTO asyncq_jobs ({', '.join(names)})"
+        f" VALUES ({', '.join(['%s'] * len(names))}) RETURNING id",
+        values,
+    ).fetchone()
+    return int(row[0])
+
+
+def job(db: Any, job_id: int) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT status::text, attempts, last_error, finished_at IS NOT NULL"
+        "  FROM asyncq_jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def make_ready(db: Any, job_id: int) -> None:
+    """Skip the backoff wait of a queued retry (the clock moving on)."""
+    db.execute(
+        "UPDATE asyncq_jobs SET run_at = now() WHERE id = %s AND status = 'queued'", (job_id,)
+    )
+
+
+async def test_unknown_task_is_retried_then_failed_and_the_worker_goes_on(
+    app: asyncq.App, db: Any, drain: Any
+) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def good(n: int) -> None:
+        ran.append(n)
+
+    row = db.execute(
+        "INSERT INTO asyncq_jobs (task_name, args) VALUES ('no.such.task', '{}') RETURNING id"
+    ).fetchone()
+    poison = int(row[0])
+    await good.defer(1)
+
+    stats = await drain()
+    assert ran == [1]
+    assert stats.done == 1 and stats.failed_attempts == 1
+    status, attempts, last_error, finished = job(db, poison)
+    assert (status, attempts, finished) == ("queued", 1, False)  # retried, not dropped
+    assert "no.such.task" in last_error
+    assert "TaskNotFound" in last_error
+
+    for expected_attempts in (2, 3):
+        make_ready(db, poison)
+        await good.defer(expected_attempts)
+        await drain()
+        assert job(db, poison)[1] == expected_attempts
+    status, attempts, last_error, finished = job(db, poison)
+    assert (status, attempts, finished) == ("failed", 3, True)
+    assert "no.such.task" in last_error
+    assert ran == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('{"a": 1}', "missing a required argument: 'b'"),
+        ('{"a": 1, "b": 2, "zzz": 3}', "zzz"),
+        ("[1, 2]", "JSON object"),
+        ('"a string"', "JSON object"),
+        ("null", "JSON object"),
+        ("42", "JSON object"),
+    ],
+)
+async def test_args_that_do_not_fit_are_a_recorded_error(
+    app: asyncq.App, db: Any, drain: Any, args: str, expected: str
+) -> None:
+    calls: list[Any] = []
+
+    @app.task(name="fits")
+    async def fits(a: int, b: int) -> None:
+        calls.append((a, b))
+
+    bad = insert(db, "fits", args, max_attempts=1)
+    fine = await fits.defer(1, b=2)
+    stats = await drain()
+    assert calls == [(1, 2)]  # the bad job never called the function; the good one ran
+    assert stats.done == 1 and stats.failed_attempts == 1
+    status, attempts, last_error, finished = job(db, bad)
+    assert (status, attempts, finished) == ("failed", 1, True)
+    assert "TaskArgumentsMismatch" in last_error
+    assert expected in last_error
+    assert job(db, fine)[0] == "done"
+
+
+async def test_bad_args_are_retried_like_any_error(app: asyncq.App, db: Any, drain: Any) -> None:
+    @app.task(name="fits")
+    async def fits(a: int) -> None:
+        raise AssertionError("never called")
+
+    bad = insert(db, "fits", "[]")
+    await drain()
+    status, attempts, last_error, _ = job(db, bad)
+    assert (status, attempts) == ("queued", 1)
+    assert "TaskArgumentsMismatch" in last_error
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('{"first": 1, "rest": "no"}', "JSON array"),
+        ('{"rest": [2, 3]}', "earlier positional"),
+        ('{"first": 1, "first_only": 2}', "first_only"),
+    ],
+)
+async def test_stored_args_for_star_args_that_do_not_fit(
+    app: asyncq.App, db: Any, drain: Any, args: str, expected: str
+) -> None:
+    @app.task(name="star")
+    async def star(first: int, /, *rest: int) -> None:
+        raise AssertionError("never called")
+
+    bad = insert(db, "star", args, max_attempts=1)
+    await drain()
+    status, _, last_error, _ = job(db, bad)
+    assert status == "failed"
+    assert "TaskArgumentsMismatch" in last_error
+    assert expected in last_error
+
+
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt, GeneratorExit])
+async def test_base_exceptions_in_a_task_are_recorded_failures(
+    app: asyncq.App, db: Any, drain: Any, exc_type: type[BaseException]
+) -> None:
+    ran: list[str] = []
+
+    @app.task(max_attempts=1)
+    async def explode() -> None:
+        ran.append("explode")
+        raise exc_type("bye")
+
+    @app.task
+    async def after() -> None:
+        ran.append("after")
+
+    bad = await explode.options(priority=10).defer()
+    await after.defer()  # lower priority: runs after the explosion, on the same worker
+    stats = await drain(concurrency=1)
+    assert ran == ["explode", "after"]
+    assert stats.done == 1 and stats.failed_attempts == 1
+    status, attempts, last_error, finished = job(db, bad)
+    assert (status, attempts, finished) == ("failed", 1, True)
+    assert exc_type.__name__ in last_error
+
+
+async def test_sys_exit_with_code_is_recorded(app: asyncq.App, db: Any, drain: Any) -> None:
+    import sys
+
+    @app.task(max_attempts=1)
+    async def quits() -> None:
+        sys.exit(3)
+
+    bad = await quits.defer()
+    await drain()
+    status, _, last_error, _ = job(db, bad)
+    assert status == "failed"
+    assert "SystemExit: 3" in last_error
+
+
+async def test_plain_sql_insert_with_defaults_is_run(app: asyncq.App, db: Any, drain: Any) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    @app.task
+    async def greet(name: str) -> None:
+        ctx = asyncq.current_job()
+        seen.append((name, ctx.attempt, ctx.max_attempts))
+
+    job_id = insert(db, greet.name, '{"name": "from SQL"}')
+    status, attempts, queue, priority, max_attempts = db.execute(
+        "SELECT status::text, attempts, queue, priority, max_attempts"
+        "  FROM asyncq_jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert (status, attempts, queue, priority, max_attempts) == ("queued", 0, "default", 0, 3)
+    await drain()
+    assert seen == [("from SQL", 1, 3)]
+    assert job(db, job_id)[0:2] == ("done", 1)
+
+
+async def test_plain_sql_insert_without_args_runs_a_no_argument_task(
+    app: asyncq.App, db: Any, drain: Any
+) -> None:
+    ran: list[bool] = []
+
+    @app.task(name="tick")
+    async def tick() -> None:
+        ran.append(True)
+
+    row = db.execute("INSERT INTO asyncq_jobs (task_name) VALUES ('tick') RETURNING id").fetchone()
+    await drain()
+    assert ran == [True]
+    assert job(db, int(row[0]))[0] == "done"
+
+
+async def test_a_failing_task_does_not_disturb_concurrent_jobs(
+    app: asyncq.App, db: Any, drain: Any
+) -> None:
+    @app.task(max_attempts=1)
+    async def maybe(n: int) -> None:
+        if n % 3 == 0:
+            raise RuntimeError(f"bad {n}")
+
+    ids = await maybe.defer_many([{"n": n} for n in range(30)])
+    await drain(concurrency=5)
+    statuses = dict(
+        db.execute("SELECT id, status::text FROM asyncq_jobs WHERE id = ANY(%s)", (ids,))
+    )
+    assert [statuses[i] for i in ids] == ["failed" if n % 3 == 0 else "done" for n in range(30)]
