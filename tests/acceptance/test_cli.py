@@ -1,0 +1,111 @@
+"""The ``asyncq`` command: version, help, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import asyncq
+from tests.acceptance.support import APP, NOOP, Ledger, Workers, insert_jobs
+
+WORKER_OPTIONS = [
+    "--queue",
+    "--concurrency",
+    "--batch-size",
+    "--lease",
+    "--grace",
+    "--poll-interval",
+    "--drain",
+]
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The command failed with exactly one ``asyncq: error:`` line and no traceback."""
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("asyncq: error:")]
+    assert len(errors) == 1, result.stderr
+    assert result.stderr.rstrip().endswith(errors[0]), result.stderr
+    return errors[0]
+
+
+def test_version(workers: Workers) -> None:
+    result = workers.cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"asyncq {asyncq.__version__}"
+
+    script = Path(sys.executable).with_name("asyncq")
+    if script.exists():  # the console script says the same as `python -m asyncq`
+        installed = subprocess.run(
+            [script, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert (installed.returncode, installed.stdout) == (0, result.stdout)
+
+
+def test_worker_help_lists_every_option(workers: Workers) -> None:
+    result = workers.cli("worker", "--help")
+    assert result.returncode == 0, result.stderr
+    for option in WORKER_OPTIONS:
+        assert option in result.stdout, option
+
+
+@pytest.mark.parametrize(
+    ("target", "mentions"),
+    [
+        ("nosuchmodule:app", "nosuchmodule"),
+        ("tests.acceptance.ledger_app:nope", "nope"),
+        ("tests.acceptance.ledger_app:noop", "not an asyncq.App"),
+        ("tests.acceptance.ledger_app", "MODULE:APP"),
+    ],
+)
+def test_a_bad_app_path_is_a_one_line_error(workers: Workers, target: str, mentions: str) -> None:
+    error = one_line_error(workers.cli("worker", target))
+    assert mentions in error
+
+
+def test_an_unreachable_database_is_a_one_line_error(workers: Workers) -> None:
+    env = workers.env(ASYNCQ_DSN="postgresql://postgres@127.0.0.1:1/x", LEDGER_CONNECT_TIMEOUT="1")
+    error = one_line_error(workers.cli("worker", APP, env=env))
+    assert "127.0.0.1:1" in error
+
+
+@pytest.fixture
+def empty_database(server_dsn: str) -> Iterator[str]:
+    """A database on the test server on which asyncq was never migrated."""
+    name = f"asyncq_test_{os.getpid()}_empty"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(**{**conninfo_to_dict(server_dsn), "dbname": name})
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_never_migrated_database_says_to_migrate_then_works(
+    workers: Workers, ledger: Ledger, empty_database: str
+) -> None:
+    env = workers.env(ASYNCQ_DSN=empty_database)
+    error = one_line_error(workers.cli("worker", APP, env=env))
+    assert "asyncq migrate" in error
+
+    migrated = workers.cli("migrate", APP, env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    again = workers.cli("migrate", APP, env=env)
+    assert again.returncode == 0, again.stderr
+
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        ids = insert_jobs(conn, NOOP, [{"n": 1}, {"n": 2}])
+        drained = workers.cli("worker", APP, "--drain", env=env)
+        assert drained.returncode == 0, drained.stderr
+        statuses = conn.execute("SELECT status::text FROM asyncq_jobs ORDER BY id").fetchall()
+    assert statuses == [("done",), ("done",)]
+    assert sorted(e.job_id for e in ledger.events("end")) == ids
