@@ -42,6 +42,9 @@ def describe_error(exc: BaseException) -> str:
         tb = tb.tb_next  # asyncq's own frames say nothing about the job
     frames = traceback.format_tb(tb or exc.__traceback__, limit=-MAX_TRACEBACK_FRAMES)
     text = head + ("\n\nTraceback (most recent call last):\n" + "".join(frames) if frames else "")
+    # PostgreSQL text holds neither NUL nor unpaired surrogates: escape them, or the
+    # outcome could never be written.
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 15] + "\n... (trimmed)"
     return text
