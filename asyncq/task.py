@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -187,8 +188,10 @@ class Task(Generic[P, R]):
         if delay is not None and run_at is not None:
             raise ValueError("give delay or run_at, not both")
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if seconds is not None and (not isinstance(seconds, int | float) or seconds < 0):
-            raise ValueError(f"delay must be >= 0 seconds, not {delay!r}")
+        if seconds is not None and (
+            not isinstance(seconds, int | float) or not (math.isfinite(seconds) and seconds >= 0)
+        ):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
         changes: dict[str, Any] = {
             "conn": conn,
             "delay": float(seconds or 0.0),
