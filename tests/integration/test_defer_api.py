@@ -295,6 +295,9 @@ async def test_bad_delay_and_run_at_are_rejected(app: asyncq.App, db: Any) -> No
         at.options(delay=-1)
     with pytest.raises(ValueError):
         at.options(delay=timedelta(seconds=-1))
+    for not_finite in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            at.options(delay=not_finite)
     assert db.execute("SELECT count(*) FROM asyncq_jobs").fetchone()[0] == 0
 
 

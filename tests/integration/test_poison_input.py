@@ -228,3 +228,28 @@ async def test_a_failing_task_does_not_disturb_concurrent_jobs(
         db.execute("SELECT id, status::text FROM asyncq_jobs WHERE id = ANY(%s)", (ids,))
     )
     assert [statuses[i] for i in ids] == ["failed" if n % 3 == 0 else "done" for n in range(30)]
+
+
+@pytest.mark.parametrize("message", ["NUL \x00 in the message", "lone surrogate \ud800 here"])
+async def test_error_text_postgres_cannot_store_is_escaped(
+    app: asyncq.App, db: Any, drain: Any, message: str
+) -> None:
+    ran: list[str] = []
+
+    @app.task(max_attempts=1)
+    async def odd_error() -> None:
+        raise ValueError(message)
+
+    @app.task
+    async def after() -> None:
+        ran.append("after")
+
+    bad = await odd_error.options(priority=1).defer()
+    await after.defer()
+    stats = await drain(concurrency=1)  # would never finish if the outcome could not be written
+    assert ran == ["after"]
+    assert stats.failed_attempts == 1
+    status, _, last_error, _ = job(db, bad)
+    assert status == "failed"
+    assert "ValueError" in last_error
+    assert ("\\x00" if "\x00" in message else "\\ud800") in last_error
