@@ -356,6 +356,19 @@ async def test_worker_serves_only_its_queues(app: asyncq.App, db: Any, drain: An
     assert {row_of(db, i)["status"] for i in (a_id, b_id, c_id)} == {"done"}
 
 
+async def test_worker_queues_as_a_single_string(app: asyncq.App, db: Any, drain: Any) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(label: str) -> None:
+        ran.append(label)
+
+    await work.options(queue="abc").defer("abc")
+    await work.options(queue="a").defer("a")
+    await drain(queues="abc")
+    assert ran == ["abc"]  # the queue "abc", not the queues "a", "b" and "c"
+
+
 async def test_worker_without_queues_serves_every_queue(
     app: asyncq.App, db: Any, drain: Any
 ) -> None:
