@@ -253,3 +253,16 @@ async def test_error_text_postgres_cannot_store_is_escaped(
     assert status == "failed"
     assert "ValueError" in last_error
     assert ("\\x00" if "\x00" in message else "\\ud800") in last_error
+
+
+async def test_huge_error_text_is_trimmed(app: asyncq.App, db: Any, drain: Any) -> None:
+    @app.task(max_attempts=1)
+    async def loud() -> None:
+        raise RuntimeError("x" * 1_000_000)
+
+    bad = await loud.defer()
+    await drain()
+    status, _, last_error, _ = job(db, bad)
+    assert status == "failed"
+    assert last_error.startswith("RuntimeError: xxx")
+    assert len(last_error) <= 10_000
