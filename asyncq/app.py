@@ -111,7 +111,7 @@ class App:
         """Register an ``async def`` as a task. The name defaults to ``module.qualname``."""
 
         def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
-            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            task_name = f"{function.__module__}.{function.__qualname__}" if name is None else name
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             task = Task(

@@ -57,6 +57,8 @@ def _check_options(options: DeferOptions) -> DeferOptions:
         raise ValueError("run_at must be an aware datetime (with a tzinfo)")
     if options.unique_key is not None and not isinstance(options.unique_key, str):
         raise ValueError(f"unique_key must be a string, not {options.unique_key!r}")
+    if options.unique_key is not None and "\x00" in options.unique_key:
+        raise ValueError("unique_key must not contain a NUL character")
     return options
 
 

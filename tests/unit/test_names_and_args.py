@@ -49,10 +49,15 @@ def test_good_queue_names(app: asyncq.App, name: str) -> None:
     assert task.options(queue=name) is not None
 
 
-@pytest.mark.parametrize("name", ["x" * 201, "a\nb", "a\x00b"], ids=repr)
+@pytest.mark.parametrize("name", ["", "x" * 201, "a\nb", "a\x00b"], ids=repr)
 def test_bad_task_names(app: asyncq.App, name: str) -> None:
     with pytest.raises(asyncq.InvalidName):
         app.task(name=name)(_noop)
+
+
+def test_unique_key_with_nul_is_rejected(app: asyncq.App) -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        app.task(_noop).options(unique_key="a\x00b")
 
 
 def test_bad_queue_name_in_options(app: asyncq.App) -> None:
