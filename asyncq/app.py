@@ -169,6 +169,14 @@ class App:
         if self._pool is not None:
             return
         dsn = await self._resolve_dsn()
+        try:  # one direct connection first: its error says why, where a pool only times out
+            probe = await psycopg.AsyncConnection.connect(dsn, **self.connect_kwargs())
+        except psycopg.OperationalError as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise DatabaseUnavailable(
+                f"could not connect to PostgreSQL at {describe_dsn(dsn)}: {reason}"
+            ) from None
+        await probe.close()
         pool = AsyncConnectionPool(
             dsn,
             min_size=self.pool_min_size,

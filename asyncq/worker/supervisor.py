@@ -119,6 +119,7 @@ class Worker:
             min_size=1,
             max_size=2,
             kwargs=self.connect_kwargs,
+            configure=_configure_control,
             open=False,
             name=f"asyncq-control-{self.id}",
         )
@@ -308,6 +309,12 @@ class Worker:
                 signal.signal(sig, handler)
 
         return restore
+
+
+async def _configure_control(conn: psycopg.AsyncConnection[Any]) -> None:
+    # A reaper frozen inside its transaction (SIGSTOP, a paused VM) must not hold the
+    # reaper lock, and its row locks, for longer than this.
+    await conn.execute("SET idle_in_transaction_session_timeout = '5s'")
 
 
 def settings_from(
