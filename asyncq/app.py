@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -20,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from asyncq import embedded, migrate
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.retry import Backoff
+from asyncq.store import Store
 from asyncq.task import Task
 from asyncq.worker.supervisor import Worker, WorkerStats, settings_from
 
@@ -29,6 +31,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
+# Short enough that the wake-up channel "asyncq.<schema>" fits PostgreSQL's 63 bytes.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,49}")
 
 
 def describe_dsn(dsn: str) -> str:
@@ -60,6 +64,7 @@ class App:
         connect_timeout: float = 10.0,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         retention: timedelta = timedelta(days=7),
+        schema: str | None = None,
         application_name: str = "asyncq",
     ) -> None:
         if pool_min_size < 0 or pool_max_size < max(pool_min_size, 1):
@@ -68,6 +73,11 @@ class App:
             raise ConfigurationError("max_args_bytes must be at least 2")
         if retention < timedelta(0):
             raise ConfigurationError("retention must not be negative")
+        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigurationError(
+                f"schema must be a lowercase SQL name of at most 50 characters"
+                f" (letters, digits, _), not {schema!r}"
+            )
         self._dsn_argument = dsn
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
@@ -75,6 +85,8 @@ class App:
         self.max_args_bytes = max_args_bytes
         self.retention = retention
         self.application_name = application_name
+        self.schema = schema
+        self.store = Store(schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._dsn: str | None = None
         self._pool: AsyncConnectionPool | None = None
@@ -146,7 +158,7 @@ class App:
     def connect_kwargs(self) -> dict[str, Any]:
         return {
             "autocommit": True,
-            "application_name": self.application_name,
+            "application_name": f"{self.application_name}:{os.getpid()}",
             "connect_timeout": max(1, round(self.connect_timeout)),
             "keepalives": 1,
             "keepalives_idle": 10,
@@ -229,7 +241,7 @@ class App:
     async def migrate(self) -> list[int]:
         """Create or upgrade the schema; returns the migration versions applied now."""
         async with await psycopg.AsyncConnection.connect(self.dsn, **self.connect_kwargs()) as conn:
-            return await migrate.apply(conn)
+            return await migrate.apply(conn, self.schema)
 
     # -- workers ----------------------------------------------------------------
 
@@ -265,6 +277,7 @@ class App:
                 worker_id=f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
                 tasks=self.tasks,
                 pool=self.pool,
+                store=self.store,
                 conninfo=self.dsn,
                 connect_kwargs=self.connect_kwargs(),
                 settings=settings,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
 
 from asyncq.errors import SchemaNotMigrated
 
@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 _LOCK = "SELECT pg_advisory_lock(hashtext('asyncq.migrate.' || current_schema()))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtext('asyncq.migrate.' || current_schema()))"
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {}"
+_USE_SCHEMA = "SET search_path TO {}"
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS asyncq_migrations (
     version    int PRIMARY KEY,
@@ -29,9 +31,8 @@ CREATE TABLE IF NOT EXISTS asyncq_migrations (
 )"""
 _APPLIED = "SELECT version FROM asyncq_migrations"
 _RECORD = "INSERT INTO asyncq_migrations (version, name) VALUES (%s, %s)"
-_CURRENT = """
-SELECT CASE WHEN to_regclass('asyncq_migrations') IS NULL THEN 0
-            ELSE (SELECT coalesce(max(version), 0) FROM asyncq_migrations) END"""
+_HAS_VERSIONS = "SELECT to_regclass(format('%%I.asyncq_migrations', %s::text)) IS NOT NULL"
+_CURRENT = "SELECT coalesce(max(version), 0) FROM {}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +55,16 @@ def migrations() -> list[Migration]:
 LATEST_VERSION = migrations()[-1].version
 
 
-async def apply(conn: AsyncConnection[Any]) -> list[int]:
-    """Bring the schema up to date; returns the versions applied now. Idempotent."""
+async def apply(conn: AsyncConnection[Any], schema: str | None = None) -> list[int]:
+    """Bring the schema up to date; returns the versions applied now. Idempotent.
+
+    With ``schema``, everything is created in that schema (created if missing);
+    else in the connection's current schema. ``conn`` is the migration's own.
+    """
     await conn.set_autocommit(True)
+    if schema is not None:
+        await conn.execute(sql.SQL(_CREATE_SCHEMA).format(sql.Identifier(schema)))
+        await conn.execute(sql.SQL(_USE_SCHEMA).format(sql.Identifier(schema)))
     await conn.execute(_LOCK)
     try:
         await conn.execute(_VERSION_TABLE)
@@ -80,10 +88,15 @@ async def apply(conn: AsyncConnection[Any]) -> list[int]:
         await conn.execute(_UNLOCK)
 
 
-async def check(conn: AsyncConnection[Any]) -> None:
-    """Raise `SchemaNotMigrated` unless the schema is at this asyncq's version."""
-    row = await (await conn.execute(_CURRENT)).fetchone()
-    version = int(row[0]) if row else 0
+async def check(conn: AsyncConnection[Any], schema: str) -> None:
+    """Raise `SchemaNotMigrated` unless ``schema`` is at this asyncq's version."""
+    row = await (await conn.execute(_HAS_VERSIONS, (schema,))).fetchone()
+    version = 0
+    if row and row[0]:
+        table = sql.Identifier(schema, "asyncq_migrations")
+        cur = await conn.execute(sql.SQL(_CURRENT).format(table))
+        found = await cur.fetchone()
+        version = int(found[0]) if found else 0
     if version < LATEST_VERSION:
         raise SchemaNotMigrated(
             f"the asyncq schema is at version {version}, this asyncq needs {LATEST_VERSION}:"

@@ -1,6 +1,9 @@
-"""The only module that runs asyncq's runtime SQL: one function per named query.
+"""The only module that runs asyncq's runtime SQL: one method per named query.
 
-The SQL itself lives in ``sql/queries.sql``.
+The SQL itself lives in ``sql/queries.sql``. A `Store` is bound to a schema: with
+None, the names there resolve on the connection's search path (its current
+schema); with a schema, they are qualified with it, so an App's jobs are found
+whatever the search path of the connection they travel on.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
 
 from asyncq.job import Job
 
 Conn = AsyncConnection[Any]
+
+# The schema objects a query may name, outside string literals.
+_OBJECTS = re.compile(r"(?<!')\b(asyncq_jobs|asyncq_job_status)\b(?!')")
 
 
 def _load_queries() -> dict[str, str]:
@@ -31,155 +37,166 @@ def _load_queries() -> dict[str, str]:
 QUERIES = _load_queries()
 
 
-async def insert_job(
-    conn: Conn,
-    *,
-    task_name: str,
-    queue: str,
-    args: str,
-    priority: int,
-    run_at: datetime | None,
-    delay: float,
-    max_attempts: int,
-    unique_key: str | None,
-) -> int:
-    params = {
-        "task_name": task_name,
-        "queue": queue,
-        "args": args,
-        "priority": priority,
-        "run_at": run_at,
-        "delay": delay,
-        "max_attempts": max_attempts,
-        "unique_key": unique_key,
-    }
-    while True:
-        row = await (await conn.execute(QUERIES["insert_job"], params)).fetchone()
-        if row is not None:
-            return int(row[0])
-        # A live job holds this unique key: return it. If it finished in between, insert again.
-        cur = await conn.execute(QUERIES["live_job_with_key"], {"unique_key": unique_key})
-        row = await cur.fetchone()
-        if row is not None:
-            return int(row[0])
+def _qualified(query: str, schema: str) -> str:
+    template = _OBJECTS.sub(r"{\1}", query.replace("{", "{{").replace("}", "}}"))
+    names = {name: sql.Identifier(schema, name) for name in ("asyncq_jobs", "asyncq_job_status")}
+    return sql.SQL(template).format(**names).as_string()
 
 
-async def insert_jobs(
-    conn: Conn,
-    *,
-    task_name: str,
-    queue: str,
-    args: Sequence[str],
-    priority: int,
-    run_at: datetime | None,
-    delay: float,
-    max_attempts: int,
-) -> list[int]:
-    cur = await conn.execute(
-        QUERIES["insert_jobs"],
-        {
+class Store:
+    def __init__(self, schema: str | None = None) -> None:
+        self.schema = schema
+        self.q = (
+            dict(QUERIES)
+            if schema is None
+            else {name: _qualified(query, schema) for name, query in QUERIES.items()}
+        )
+
+    async def insert_job(
+        self,
+        conn: Conn,
+        *,
+        task_name: str,
+        queue: str,
+        args: str,
+        priority: int,
+        run_at: datetime | None,
+        delay: float,
+        max_attempts: int,
+        unique_key: str | None,
+    ) -> int:
+        params = {
             "task_name": task_name,
             "queue": queue,
-            "args": list(args),
+            "args": args,
             "priority": priority,
             "run_at": run_at,
             "delay": delay,
             "max_attempts": max_attempts,
-        },
-    )
-    return [int(row[0]) for row in await cur.fetchall()]
+            "unique_key": unique_key,
+        }
+        while True:
+            row = await (await conn.execute(self.q["insert_job"], params)).fetchone()
+            if row is not None:
+                return int(row[0])
+            # A live job holds this unique key: return it. If it finished in between, insert again.
+            cur = await conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key})
+            row = await cur.fetchone()
+            if row is not None:
+                return int(row[0])
 
+    async def insert_jobs(
+        self,
+        conn: Conn,
+        *,
+        task_name: str,
+        queue: str,
+        args: Sequence[str],
+        priority: int,
+        run_at: datetime | None,
+        delay: float,
+        max_attempts: int,
+    ) -> list[int]:
+        cur = await conn.execute(
+            self.q["insert_jobs"],
+            {
+                "task_name": task_name,
+                "queue": queue,
+                "args": list(args),
+                "priority": priority,
+                "run_at": run_at,
+                "delay": delay,
+                "max_attempts": max_attempts,
+            },
+        )
+        return [int(row[0]) for row in await cur.fetchall()]
 
-async def claim(
-    conn: Conn, *, worker: str, limit: int, queues: Sequence[str] | None, lease: timedelta
-) -> list[Job]:
-    params: dict[str, Any] = {"worker": worker, "limit": limit, "lease": lease}
-    if queues:
-        params["queues"] = list(queues)
-        query = QUERIES["claim_queues"]
-    else:
-        query = QUERIES["claim_any"]
-    cur = await conn.execute(query, params)
-    return [
-        Job(id=r[0], task_name=r[1], queue=r[2], args=r[3], attempt=r[4], max_attempts=r[5])
-        for r in await cur.fetchall()
-    ]
+    async def claim(
+        self, conn: Conn, *, worker: str, limit: int, queues: Sequence[str] | None, lease: timedelta
+    ) -> list[Job]:
+        params: dict[str, Any] = {"worker": worker, "limit": limit, "lease": lease}
+        if queues:
+            params["queues"] = list(queues)
+            query = self.q["claim_queues"]
+        else:
+            query = self.q["claim_any"]
+        cur = await conn.execute(query, params)
+        return [
+            Job(id=r[0], task_name=r[1], queue=r[2], args=r[3], attempt=r[4], max_attempts=r[5])
+            for r in await cur.fetchall()
+        ]
 
+    async def mark_done(
+        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
+    ) -> set[int]:
+        """Mark jobs done; returns the ids this worker still owned."""
+        cur = await conn.execute(
+            self.q["mark_done"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
+        )
+        return {int(r[0]) for r in await cur.fetchall()}
 
-async def mark_done(
-    conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-) -> set[int]:
-    """Mark jobs done; returns the ids this worker still owned."""
-    cur = await conn.execute(
-        QUERIES["mark_done"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-    )
-    return {int(r[0]) for r in await cur.fetchall()}
-
-
-async def mark_failed(
-    conn: Conn,
-    *,
-    worker: str,
-    ids: Sequence[int],
-    attempts: Sequence[int],
-    retry_in: Sequence[float],
-    errors: Sequence[str],
-    give_up: Sequence[bool],
-) -> dict[int, str]:
-    """Record failed attempts; returns the new status of each job this worker still owned."""
-    cur = await conn.execute(
-        QUERIES["mark_failed"],
-        {
-            "worker": worker,
-            "ids": list(ids),
-            "attempts": list(attempts),
-            "retry_in": list(retry_in),
-            "errors": list(errors),
-            "give_up": list(give_up),
-        },
-    )
-    return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
-
-
-async def release(
-    conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-) -> set[int]:
-    cur = await conn.execute(
-        QUERIES["release"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-    )
-    return {int(r[0]) for r in await cur.fetchall()}
-
-
-async def heartbeat(
-    conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-) -> set[int]:
-    """Renew leases; returns the ids whose lease this worker still holds."""
-    cur = await conn.execute(
-        QUERIES["heartbeat"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-    )
-    return {int(r[0]) for r in await cur.fetchall()}
-
-
-async def reap_expired(conn: Conn, *, limit: int) -> dict[int, str] | None:
-    """Return jobs with expired leases to the queue (or to failed).
-
-    Runs in one transaction under an advisory lock; returns None when another
-    worker's reaper holds it.
-    """
-    async with conn.transaction():
-        row = await (await conn.execute(QUERIES["try_reaper_lock"])).fetchone()
-        if row is None or not row[0]:
-            return None
-        cur = await conn.execute(QUERIES["reap_expired"], {"limit": limit})
+    async def mark_failed(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+        retry_in: Sequence[float],
+        errors: Sequence[str],
+        give_up: Sequence[bool],
+    ) -> dict[int, str]:
+        """Record failed attempts; returns the new status of each job this worker still owned."""
+        cur = await conn.execute(
+            self.q["mark_failed"],
+            {
+                "worker": worker,
+                "ids": list(ids),
+                "attempts": list(attempts),
+                "retry_in": list(retry_in),
+                "errors": list(errors),
+                "give_up": list(give_up),
+            },
+        )
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
+    async def release(
+        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
+    ) -> set[int]:
+        cur = await conn.execute(
+            self.q["release"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
+        )
+        return {int(r[0]) for r in await cur.fetchall()}
 
-async def prune_done(conn: Conn, *, retention: timedelta, limit: int) -> int:
-    cur = await conn.execute(QUERIES["prune_done"], {"retention": retention, "limit": limit})
-    return cur.rowcount
+    async def heartbeat(
+        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
+    ) -> set[int]:
+        """Renew leases; returns the ids whose lease this worker still holds."""
+        cur = await conn.execute(
+            self.q["heartbeat"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
+        )
+        return {int(r[0]) for r in await cur.fetchall()}
 
+    async def reap_expired(self, conn: Conn, *, schema: str, limit: int) -> dict[int, str] | None:
+        """Return jobs with expired leases to the queue (or to failed).
 
-async def find_jobs_table(conn: Conn) -> str | None:
-    """The schema holding ``asyncq_jobs`` on this connection's search path, if any."""
-    row = await (await conn.execute(QUERIES["find_jobs_table"])).fetchone()
-    return None if row is None else str(row[0])
+        Runs in one transaction under an advisory lock; returns None when another
+        worker's reaper holds it.
+        """
+        async with conn.transaction():
+            lock = await conn.execute(self.q["try_reaper_lock"], {"schema": schema})
+            row = await lock.fetchone()
+            if row is None or not row[0]:
+                return None
+            cur = await conn.execute(self.q["reap_expired"], {"limit": limit})
+            return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def prune_done(self, conn: Conn, *, retention: timedelta, limit: int) -> int:
+        cur = await conn.execute(self.q["prune_done"], {"retention": retention, "limit": limit})
+        return cur.rowcount
+
+    async def find_jobs_table(self, conn: Conn) -> str | None:
+        """The schema holding ``asyncq_jobs`` on this connection's search path, if any."""
+        cur = await conn.execute(self.q["find_jobs_table"], {"schema": self.schema})
+        row = await cur.fetchone()
+        return None if row is None else str(row[0])

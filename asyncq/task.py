@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from asyncq import store
 from asyncq.errors import ArgumentsError, InvalidName, PayloadTooLarge, TaskArgumentsMismatch
 from asyncq.retry import Backoff
 
@@ -243,7 +242,7 @@ class Deferrer(Generic[P]):
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
         encoded = self.task.encode(args, kwargs)
         async with self.task.app.connection(self.opts.conn) as conn:
-            return await store.insert_job(
+            return await self.task.app.store.insert_job(
                 conn,
                 task_name=self.task.name,
                 queue=self.opts.queue,
@@ -263,7 +262,7 @@ class Deferrer(Generic[P]):
         if not encoded:
             return []
         async with self.task.app.connection(self.opts.conn) as conn:
-            return await store.insert_jobs(
+            return await self.task.app.store.insert_jobs(
                 conn,
                 task_name=self.task.name,
                 queue=self.opts.queue,

@@ -1,4 +1,5 @@
 -- Every query asyncq runs, as named blocks. store.py loads them by name.
+-- With App(schema=...), asyncq_jobs and asyncq_job_status are qualified with that schema.
 -- Writes after the claim are fenced: they touch a row only while it is still
 -- running as the same attempt, claimed by the same worker.
 
@@ -95,7 +96,7 @@ UPDATE asyncq_jobs AS j
 RETURNING j.id
 
 -- name: try_reaper_lock
-SELECT pg_try_advisory_xact_lock(hashtext('asyncq.reaper.' || current_schema()))
+SELECT pg_try_advisory_xact_lock(hashtext('asyncq.reaper.' || %(schema)s::text))
 
 -- name: reap_expired
 -- Jobs whose worker stopped renewing the lease: the attempt counts.
@@ -123,9 +124,8 @@ DELETE FROM asyncq_jobs
                LIMIT %(limit)s)
 
 -- name: find_jobs_table
+-- The schema that holds the jobs table: the App's schema, else the current schema.
 SELECT n.nspname
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE c.oid = to_regclass('asyncq_jobs')
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM asyncq_migrations
+ WHERE c.relname = 'asyncq_jobs' AND c.relkind = 'r'
+   AND n.nspname = coalesce(%(schema)s::text, current_schema())

@@ -17,7 +17,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import store
+from asyncq.store import Conn, Store
 from asyncq.worker.executor import Outcome
 from asyncq.worker.state import backoff_delay
 
@@ -28,9 +28,15 @@ MAX_BATCH = 1000
 
 class Completer:
     def __init__(
-        self, *, pool: AsyncConnectionPool, worker: str, on_written: Callable[[int], None]
+        self,
+        *,
+        pool: AsyncConnectionPool,
+        store: Store,
+        worker: str,
+        on_written: Callable[[int], None],
     ) -> None:
         self.pool = pool
+        self.store = store
         self.worker = worker
         self.on_written = on_written
         self._send, self._receive = anyio.create_memory_object_stream[Outcome](math.inf)
@@ -79,7 +85,7 @@ class Completer:
         failed = [o for o in batch if not o.succeeded]
         async with self.pool.connection() as conn, _together(conn, succeeded and failed):
             if succeeded:
-                owned = await store.mark_done(
+                owned = await self.store.mark_done(
                     conn,
                     worker=self.worker,
                     ids=[j.id for j in succeeded],
@@ -90,7 +96,7 @@ class Completer:
                     if job.id not in owned:
                         _log_lost(job.id, job.attempt, "success")
             if failed:
-                statuses = await store.mark_failed(
+                statuses = await self.store.mark_failed(
                     conn,
                     worker=self.worker,
                     ids=[o.job.id for o in failed],
@@ -106,7 +112,7 @@ class Completer:
             self.on_written(outcome.job.id)
 
 
-def _together(conn: store.Conn, both: object) -> AbstractAsyncContextManager[object]:
+def _together(conn: Conn, both: object) -> AbstractAsyncContextManager[object]:
     """One transaction when both statements run, so a retry never repeats half a write."""
     return conn.transaction() if both else nullcontext()
 

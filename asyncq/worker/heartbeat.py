@@ -16,7 +16,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import store
+from asyncq.store import Store
 from asyncq.worker.state import Held
 
 logger = logging.getLogger(__name__)
@@ -27,11 +27,13 @@ class Heartbeat:
         self,
         *,
         pool: AsyncConnectionPool,
+        store: Store,
         worker: str,
         held: MutableMapping[int, Held],
         interval: float,
     ) -> None:
         self.pool = pool
+        self.store = store
         self.worker = worker
         self.held = held
         self.interval = interval
@@ -57,7 +59,7 @@ class Heartbeat:
         if not snapshot:
             return
         async with self.pool.connection() as conn:
-            kept = await store.heartbeat(
+            kept = await self.store.heartbeat(
                 conn,
                 worker=self.worker,
                 ids=[job_id for job_id, _ in snapshot],

@@ -14,8 +14,8 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import store
 from asyncq.job import Job
+from asyncq.store import Store
 from asyncq.worker.state import Slots, Wakeup, backoff_delay
 
 logger = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class Producer:
         self,
         *,
         pool: AsyncConnectionPool,
+        store: Store,
         worker: str,
         queues: Sequence[str] | None,
         lease: timedelta,
@@ -40,6 +41,7 @@ class Producer:
         drain: bool,
     ) -> None:
         self.pool = pool
+        self.store = store
         self.worker = worker
         self.queues = list(queues) if queues else None
         self.lease = lease
@@ -92,7 +94,7 @@ class Producer:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + CLAIM_DEADLINE
             async with self.pool.connection() as conn:
-                return await store.claim(
+                return await self.store.claim(
                     conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
                 )
         raise TimeoutError(f"claim took longer than {CLAIM_DEADLINE:.0f}s")

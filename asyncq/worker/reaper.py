@@ -14,7 +14,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import store
+from asyncq.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +27,15 @@ class Reaper:
         self,
         *,
         pool: AsyncConnectionPool,
+        store: Store,
+        schema: str,
         interval: float,
         retention: timedelta,
         prune_interval: float = 60.0,
     ) -> None:
         self.pool = pool
+        self.store = store
+        self.schema = schema
         self.interval = interval
         self.retention = retention
         self.prune_interval = prune_interval
@@ -52,7 +56,7 @@ class Reaper:
 
     async def once(self) -> None:
         async with self.pool.connection() as conn:
-            reaped = await store.reap_expired(conn, limit=REAP_LIMIT)
+            reaped = await self.store.reap_expired(conn, schema=self.schema, limit=REAP_LIMIT)
         if reaped is None:
             return  # another worker's reaper holds the lock
         for job_id, status in reaped.items():
@@ -69,6 +73,6 @@ class Reaper:
             pruned = PRUNE_LIMIT
             while pruned == PRUNE_LIMIT:  # a connection per batch: the heartbeat shares the pool
                 async with self.pool.connection() as conn:
-                    pruned = await store.prune_done(
+                    pruned = await self.store.prune_done(
                         conn, retention=self.retention, limit=PRUNE_LIMIT
                     )

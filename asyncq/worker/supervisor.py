@@ -23,9 +23,10 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import migrate, store
+from asyncq import migrate
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
+from asyncq.store import Store
 from asyncq.task import Task, validate_name
 from asyncq.worker.completer import Completer
 from asyncq.worker.executor import Outcome, execute
@@ -74,6 +75,7 @@ class Worker:
         worker_id: str,
         tasks: Mapping[str, Task[Any, Any]],
         pool: AsyncConnectionPool,
+        store: Store,
         conninfo: str,
         connect_kwargs: Mapping[str, Any],
         settings: WorkerSettings,
@@ -81,6 +83,7 @@ class Worker:
         self.id = worker_id
         self.tasks = tasks
         self.pool = pool
+        self.store = store
         self.conninfo = conninfo
         self.connect_kwargs = dict(connect_kwargs)
         self.settings = settings
@@ -113,7 +116,7 @@ class Worker:
     # -- run ------------------------------------------------------------------
 
     async def run(self) -> WorkerStats:
-        channel = await self._check_schema()
+        schema = await self._check_schema()
         control = AsyncConnectionPool(
             self.conninfo,
             min_size=1,
@@ -126,10 +129,13 @@ class Worker:
         await control.open(wait=False)
         settings = self.settings
         lease = timedelta(seconds=settings.lease)
-        completer = Completer(pool=self.pool, worker=self.id, on_written=self._written)
+        completer = Completer(
+            pool=self.pool, store=self.store, worker=self.id, on_written=self._written
+        )
         self._completer = completer
         producer = Producer(
             pool=self.pool,
+            store=self.store,
             worker=self.id,
             queues=settings.queues,
             lease=lease,
@@ -143,16 +149,26 @@ class Worker:
         )
         listener = Listener(
             connect=lambda: psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs),
-            channel=channel,
+            channel=f"asyncq.{schema}",
             queues=settings.queues,
             wakeup=self.wakeup,
             health_interval=settings.listener_health_interval,
             health_timeout=settings.listener_health_timeout,
         )
         heartbeat = Heartbeat(
-            pool=control, worker=self.id, held=self.held, interval=settings.lease / 4
+            pool=control,
+            store=self.store,
+            worker=self.id,
+            held=self.held,
+            interval=settings.lease / 4,
         )
-        reaper = Reaper(pool=control, interval=settings.reap_interval, retention=settings.retention)
+        reaper = Reaper(
+            pool=control,
+            store=self.store,
+            schema=schema,
+            interval=settings.reap_interval,
+            retention=settings.retention,
+        )
         logger.info(
             "worker %s started: queues=%s concurrency=%d batch_size=%d lease=%.0fs",
             self.id,
@@ -203,18 +219,20 @@ class Worker:
         return stats
 
     async def _check_schema(self) -> str:
+        """The schema holding the jobs table, at this asyncq's version."""
         try:
             async with self.pool.connection() as conn:
-                schema = await store.find_jobs_table(conn)
+                schema = await self.store.find_jobs_table(conn)
                 if schema is None:
+                    where = f"schema {self.store.schema!r}" if self.store.schema else "schema"
                     raise SchemaNotMigrated(
-                        "there is no asyncq_jobs table on this database's search path:"
+                        f"there is no asyncq_jobs table in this database's {where}:"
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
-                await migrate.check(conn)
+                await migrate.check(conn, schema)
         except PoolTimeout as exc:
             raise psycopg.OperationalError(str(exc)) from exc
-        return f"asyncq.{schema}"
+        return schema
 
     async def _claim_and_run(self, producer: Producer) -> None:
         async with anyio.create_task_group() as jobs:
@@ -264,7 +282,7 @@ class Worker:
             return
         try:
             async with self.pool.connection() as conn:
-                released = await store.release(
+                released = await self.store.release(
                     conn,
                     worker=self.id,
                     ids=[j.id for j in jobs],

@@ -7,13 +7,13 @@ from tests.acceptance.support import NOOP, Ledger, Workers, insert_jobs, wait_un
 TERMINATE = """
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
   FROM pg_stat_activity
- WHERE application_name = 'asyncq' AND pid <> pg_backend_pid()
+ WHERE application_name LIKE 'asyncq:%' AND pid <> pg_backend_pid()
    AND datname = current_database()
 """
 
 CONNECTED = """
 SELECT count(*) FROM pg_stat_activity
- WHERE application_name = 'asyncq' AND datname = current_database()
+ WHERE application_name LIKE 'asyncq:%' AND datname = current_database()
 """
 
 
