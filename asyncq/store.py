@@ -200,3 +200,20 @@ class Store:
         cur = await conn.execute(self.q["find_jobs_table"], {"schema": self.schema})
         row = await cur.fetchone()
         return None if row is None else str(row[0])
+
+    async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
+        cur = await conn.execute(self.q["requeue_ids"], {"ids": list(ids)})
+        return sorted(int(r[0]) for r in await cur.fetchall())
+
+    async def requeue_failed(
+        self, conn: Conn, *, queues: Sequence[str] | None, tasks: Sequence[str] | None
+    ) -> list[int]:
+        cur = await conn.execute(
+            self.q["requeue_failed"],
+            {"queues": list(queues) if queues else None, "tasks": list(tasks) if tasks else None},
+        )
+        return sorted(int(r[0]) for r in await cur.fetchall())
+
+    async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
+        cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}

@@ -129,3 +129,28 @@ SELECT n.nspname
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname = 'asyncq_jobs' AND c.relkind = 'r'
    AND n.nspname = coalesce(%(schema)s::text, current_schema())
+
+-- name: requeue_ids
+-- Failed or cancelled jobs back to the queue with their attempts reset. Anything else is
+-- left alone (the caller reports it), and so is a job whose unique key a live job holds.
+UPDATE asyncq_jobs AS j
+   SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+       locked_by = NULL, locked_at = NULL, expires_at = NULL
+ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
+   AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
+                    WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
+RETURNING j.id
+
+-- name: requeue_failed
+UPDATE asyncq_jobs AS j
+   SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+       locked_by = NULL, locked_at = NULL, expires_at = NULL
+ WHERE j.status = 'failed'
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+   AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
+   AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
+                    WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
+RETURNING j.id
+
+-- name: job_statuses
+SELECT id, status::text FROM asyncq_jobs WHERE id = ANY(%(ids)s::bigint[])

