@@ -76,7 +76,7 @@ async def test_unknown_task_is_retried_then_failed_and_the_worker_goes_on(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ('{"a": 1}', "missing a required argument: 'b'"),
+        ('{"a": 1}', "required positional argument: 'b'"),
         ('{"a": 1, "b": 2, "zzz": 3}', "zzz"),
         ("[1, 2]", "JSON object"),
         ('"a string"', "JSON object"),
