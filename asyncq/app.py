@@ -282,9 +282,15 @@ class App:
         poll_interval: float = 1.0,
         drain: bool = False,
         handle_signals: bool = True,
+        listener_health_interval: float = 10.0,
+        listener_health_timeout: float = 5.0,
     ) -> WorkerStats:
         """Run a worker until SIGTERM/SIGINT (or cancellation); with ``drain``, until no job
-        is ready or running. Opens the App if it is not open."""
+        is ready or running. Opens the App if it is not open.
+
+        Advanced: the LISTEN connection checks its health with a round trip after
+        ``listener_health_interval`` seconds without a notification, and gives it up
+        after ``listener_health_timeout`` seconds without an answer."""
         settings = settings_from(
             queues=queues,
             concurrency=concurrency,
@@ -295,6 +301,8 @@ class App:
             drain=drain,
             handle_signals=handle_signals,
             retention=self.retention,
+            listener_health_interval=listener_health_interval,
+            listener_health_timeout=listener_health_timeout,
         )
         opened_here = self._pool is None
         await self.open()

@@ -126,6 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="look for ready jobs at least this often, notifications or not (default: 1)",
     )
     worker.add_argument(
+        "--listener-health-interval",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="advanced: check the LISTEN connection after this long without a notification"
+        " (default: 10)",
+    )
+    worker.add_argument(
+        "--listener-health-timeout",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="advanced: reconnect when that check gets no answer within this long (default: 5)",
+    )
+    worker.add_argument(
         "--drain",
         action="store_true",
         help="exit once no job is ready and none is running (for scripts and tests)",
@@ -179,6 +194,8 @@ async def _worker(app: App, args: argparse.Namespace) -> None:
         grace=args.grace,
         poll_interval=args.poll_interval,
         drain=args.drain,
+        listener_health_interval=args.listener_health_interval,
+        listener_health_timeout=args.listener_health_timeout,
     )
 
 

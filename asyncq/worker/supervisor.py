@@ -362,6 +362,9 @@ def settings_from(
     for name in ("grace", "poll_interval", "reap_interval"):
         if name in rest and not rest[name] >= 0:
             raise ConfigurationError(f"{name} must be >= 0 seconds, not {rest[name]!r}")
+    for name in ("listener_health_interval", "listener_health_timeout"):
+        if name in rest and not rest[name] > 0:
+            raise ConfigurationError(f"{name} must be > 0 seconds, not {rest[name]!r}")
     if isinstance(queues, str):
         queues = [queues]  # one queue name, not a sequence of one-letter names
     for queue in queues or ():
