@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 _LOCK = "SELECT pg_advisory_lock(hashtext('asyncq.migrate.' || current_schema()))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtext('asyncq.migrate.' || current_schema()))"
+_SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"
 _CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {}"
 _USE_SCHEMA = "SET search_path TO {}"
 _VERSION_TABLE = """
@@ -63,7 +64,11 @@ async def apply(conn: AsyncConnection[Any], schema: str | None = None) -> list[i
     """
     await conn.set_autocommit(True)
     if schema is not None:
-        await conn.execute(sql.SQL(_CREATE_SCHEMA).format(sql.Identifier(schema)))
+        # Even with IF NOT EXISTS, CREATE SCHEMA needs CREATE on the database: skip it for a
+        # schema that exists, so a role that owns only its schema can migrate.
+        found = await (await conn.execute(_SCHEMA_EXISTS, (schema,))).fetchone()
+        if not (found and found[0]):
+            await conn.execute(sql.SQL(_CREATE_SCHEMA).format(sql.Identifier(schema)))
         await conn.execute(sql.SQL(_USE_SCHEMA).format(sql.Identifier(schema)))
     await conn.execute(_LOCK)
     try:
