@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"asyncq: error: {exc}", file=sys.stderr)
         return 2
-    except (AsyncqError, psycopg.OperationalError) as exc:
+    except (AsyncqError, psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"asyncq: error: {message}", file=sys.stderr)
         return 1
