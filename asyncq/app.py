@@ -32,8 +32,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
-# Short enough that the wake-up channel "asyncq.<schema>" fits PostgreSQL's 63 bytes.
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,49}")
+# Short enough that the wake-up channel "asyncq.<schema>" fits PostgreSQL's 63 bytes;
+# PostgreSQL reserves names starting with pg_.
+_SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,49}")
 
 
 def describe_dsn(dsn: str) -> str:
@@ -77,7 +78,7 @@ class App:
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
                 f"schema must be a lowercase SQL name of at most 50 characters"
-                f" (letters, digits, _), not {schema!r}"
+                f" (letters, digits, _), not starting with pg_, not {schema!r}"
             )
         self._dsn_argument = dsn
         self.pool_min_size = pool_min_size
