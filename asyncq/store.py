@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, errors, sql
 
 from asyncq.job import Job
 
 Conn = AsyncConnection[Any]
+
+REQUEUE_TRIES = 5
 
 # The schema objects a query may name, outside string literals.
 _OBJECTS = re.compile(r"(?<!')\b(asyncq_jobs|asyncq_job_status)\b(?!')")
@@ -202,17 +204,29 @@ class Store:
         return None if row is None else str(row[0])
 
     async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
-        cur = await conn.execute(self.q["requeue_ids"], {"ids": list(ids)})
-        return sorted(int(r[0]) for r in await cur.fetchall())
+        return await self._requeue(conn, self.q["requeue_ids"], {"ids": list(ids)})
 
     async def requeue_failed(
         self, conn: Conn, *, queues: Sequence[str] | None, tasks: Sequence[str] | None
     ) -> list[int]:
-        cur = await conn.execute(
+        return await self._requeue(
+            conn,
             self.q["requeue_failed"],
             {"queues": list(queues) if queues else None, "tasks": list(tasks) if tasks else None},
         )
-        return sorted(int(r[0]) for r in await cur.fetchall())
+
+    async def _requeue(self, conn: Conn, query: str, params: dict[str, Any]) -> list[int]:
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                cur = await conn.execute(query, params)
+                return sorted(int(r[0]) for r in await cur.fetchall())
+            except errors.UniqueViolation:
+                # Another session requeued a job with the same unique key at the same time.
+                # It has committed now: run again, and this statement sees that live job.
+                if tries >= REQUEUE_TRIES:
+                    raise
 
     async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})

@@ -133,12 +133,17 @@ SELECT n.nspname
 -- name: requeue_ids
 -- Failed or cancelled jobs back to the queue with their attempts reset. Anything else is
 -- left alone (the caller reports it), and so is a job whose unique key a live job holds.
+-- Of several jobs sharing a unique key, only the newest comes back: one live job per key.
 UPDATE asyncq_jobs AS j
    SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
        locked_by = NULL, locked_at = NULL, expires_at = NULL
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
    AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
                     WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
+   AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS twin
+                    WHERE twin.unique_key = j.unique_key AND twin.id > j.id
+                      AND twin.id = ANY(%(ids)s::bigint[])
+                      AND twin.status IN ('failed', 'cancelled'))
 RETURNING j.id
 
 -- name: requeue_failed
@@ -150,6 +155,11 @@ UPDATE asyncq_jobs AS j
    AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
    AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
                     WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
+   AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS twin
+                    WHERE twin.unique_key = j.unique_key AND twin.id > j.id
+                      AND twin.status = 'failed'
+                      AND (%(queues)s::text[] IS NULL OR twin.queue = ANY(%(queues)s::text[]))
+                      AND (%(tasks)s::text[] IS NULL OR twin.task_name = ANY(%(tasks)s::text[])))
 RETURNING j.id
 
 -- name: job_statuses
