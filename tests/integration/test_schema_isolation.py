@@ -158,7 +158,7 @@ async def test_wake_ups_go_to_the_schemas_own_channel(
             await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
         async def heard() -> list[tuple[str, str]]:
-            return [(n.channel, n.payload) async for n in listener.notifies(timeout=0.3)]
+            return [(n.channel, n.payload) async for n in listener.notifies(timeout=0.2)]
 
         await a.work.options(queue="qa").defer(1)
         assert await heard() == [("asyncq.tenant_a", "qa")]
