@@ -253,6 +253,7 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     assert denied(worker, f"INSERT INTO {jobs} (task_name) VALUES ('guarded.ok')")
     assert denied(worker, f"UPDATE {jobs} SET args = '{{}}'")
     assert denied(worker, f"UPDATE {jobs} SET task_name = 'guarded.ok'")
+    assert denied(worker, f"UPDATE {jobs} SET queue = 'elsewhere'")
     assert denied(worker, f"CREATE TABLE {SCHEMA}.mine (x int)")
     refused = cli("migrate", APP, env=worker_env)
     assert refused.returncode == 1
