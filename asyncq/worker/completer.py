@@ -17,6 +17,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from asyncq.job import Job
 from asyncq.store import Conn, Store
 from asyncq.worker.executor import Outcome
 from asyncq.worker.state import backoff_delay
@@ -33,7 +34,7 @@ class Completer:
         pool: AsyncConnectionPool,
         store: Store,
         worker: str,
-        on_written: Callable[[int], None],
+        on_written: Callable[[Job], None],
     ) -> None:
         self.pool = pool
         self.store = store
@@ -109,7 +110,7 @@ class Completer:
                 for o in failed:
                     _log_failure(o, statuses.get(o.job.id))
         for outcome in batch:
-            self.on_written(outcome.job.id)
+            self.on_written(outcome.job)
 
 
 def _together(conn: Conn, both: object) -> AbstractAsyncContextManager[object]:

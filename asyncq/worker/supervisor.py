@@ -258,6 +258,20 @@ class Worker:
                 held.scope.cancel()
 
     def _start_job(self, job: Job) -> None:
+        earlier = self.held.get(job.id)
+        if earlier is not None and earlier.executing and not earlier.lost:
+            # Claimed again here (reaped while this worker was frozen, say): the earlier
+            # attempt's lease is gone, and its result would be dropped.
+            earlier.lost = True
+            earlier.scope.cancel()
+            logger.warning(
+                "job %d: lease lost during attempt %d (claimed again here as attempt %d);"
+                " cancelling the earlier attempt",
+                job.id,
+                earlier.job.attempt,
+                job.attempt,
+                extra={"action": "lease_lost", "job_id": job.id},
+            )
         held = Held(job)
         self.held[job.id] = held
         self._to_run.send_nowait(held)  # never blocks: a claim takes no more than free slots
@@ -276,14 +290,20 @@ class Worker:
             held.executing = False
             self.slots.give_back()
             if held.lost:
-                self.held.pop(held.job.id, None)
+                self._forget(held.job)
             elif outcome is not None:
                 self._completer.submit(outcome)
             else:
                 self._unfinished.append(held.job)
 
-    def _written(self, job_id: int) -> None:
-        self.held.pop(job_id, None)
+    def _written(self, job: Job) -> None:
+        self._forget(job)
+
+    def _forget(self, job: Job) -> None:
+        """Stop holding this attempt of the job; a later attempt claimed here stays held."""
+        held = self.held.get(job.id)
+        if held is not None and held.job.attempt == job.attempt:
+            del self.held[job.id]
 
     async def _hand_back(self) -> None:
         jobs, self._unfinished = self._unfinished, []
@@ -307,7 +327,7 @@ class Worker:
             return
         self._released += len(released)
         for job in jobs:
-            self.held.pop(job.id, None)
+            self._forget(job)
         logger.info(
             "handed back %d unfinished jobs to the queue",
             len(released),
