@@ -1,0 +1,187 @@
+"""The three measurements every system gets: drain throughput, pickup latency, enqueue rates."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+from benchmarks.common import connect, percentile, wait_until_false, workers
+from benchmarks.systems import Point, System
+
+POLL_INTERVAL = 0.01
+PRELOAD_CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    jobs: int  # pre-loaded jobs per throughput run
+    latency_jobs: int
+    one_by_one: int
+    concurrent: int
+    coroutines: int
+    bulk: int
+    bulk_chunk: int
+
+
+def worker_args(system: System, point: Point, mode: str) -> list[str]:
+    return [
+        system.name,
+        "--dsn",
+        system.dsn,
+        "--mode",
+        mode,
+        "--concurrency",
+        str(point.concurrency),
+        "--batch",
+        str(point.batch),
+        "--variant",
+        point.variant,
+    ]
+
+
+async def settle(system: System, *, analyze: bool = True) -> None:
+    """ANALYZE what was just loaded (as autovacuum would) and CHECKPOINT, so that every
+    run starts from the same state and no checkpoint falls inside the timed part."""
+    async with await connect(system.dsn) as conn:
+        if analyze:
+            for table in system.tables:
+                await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        await conn.execute("CHECKPOINT")
+
+
+async def preload(system: System, count: int) -> float:
+    """Write ``count`` no-op jobs with the bulk API; returns the seconds it took."""
+    started = time.perf_counter()
+    left = count
+    while left > 0:
+        chunk = min(PRELOAD_CHUNK, left)
+        await system.enqueue_bulk(chunk)
+        left -= chunk
+    return time.perf_counter() - started
+
+
+async def throughput(
+    system: System,
+    point: Point,
+    jobs: int,
+    log_dir: Path,
+    wrapper: tuple[str, ...] = (),
+    *,
+    analyze: bool = True,
+) -> dict[str, Any]:
+    """Pre-load ``jobs``, start ``point.processes`` workers, time until none is left."""
+    await system.reset()
+    load_seconds = await preload(system, jobs)
+    await settle(system, analyze=analyze)
+    tag = f"{system.name}-c{point.concurrency}-b{point.batch}-p{point.processes}{point.variant}"
+    async with await connect(system.dsn) as poll:
+        async with workers(
+            worker_args(system, point, "drain"), point.processes, log_dir, tag, wrapper
+        ) as procs:
+            for proc in procs:
+                proc.go()
+            started = time.perf_counter()
+            finished = await wait_until_false(
+                poll,
+                system.unfinished_sql,
+                interval=POLL_INTERVAL,
+                within=120 + jobs / 100,
+            )
+            exits = [await proc.wait_exit(30) for proc in procs]
+        row = await (await poll.execute(system.completed_sql)).fetchone()
+    completed = int(row[0]) if row else 0
+    seconds = finished - started
+    result = {
+        "jobs": jobs,
+        "seconds": seconds,
+        "rate": jobs / seconds,
+        "completed": completed,
+        "ok": completed == jobs,
+        "exit_codes": exits,
+        "preload_rate": jobs / load_seconds,
+    }
+    if not result["ok"]:
+        result["error"] = f"{completed} of {jobs} jobs completed: {procs[0].error_tail()}"
+    return result
+
+
+async def latency(system: System, point: Point, count: int, log_dir: Path) -> dict[str, Any]:
+    """An idle worker; one job at a time, 10-20 ms apart; seconds from just before the
+    enqueue call to the first line of the task body, as both read time.time()."""
+    await system.reset()
+    await settle(system)
+    tag = f"{system.name}-latency"
+    async with workers(worker_args(system, point, "serve"), 1, log_dir, tag) as (proc,):
+        proc.go()
+        await asyncio.sleep(1.0)  # connected, listening, idle
+        samples: list[float] = []
+        for i in range(count + 5):
+            await asyncio.sleep(random.uniform(0.010, 0.020))
+            sent_at = time.time()
+            await system.enqueue_stamp(sent_at)
+            value = await proc.next_latency(within=15.0)
+            if i >= 5:  # the first five warm up both sides
+                samples.append(value)
+    ms = [s * 1000 for s in samples]
+    return {
+        "n": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "max_ms": max(ms),
+        "mean_ms": sum(ms) / len(ms),
+        "samples_ms": [round(v, 3) for v in ms],
+    }
+
+
+async def _timed_sequence(call: Any, count: int) -> float:
+    for _ in range(20):  # warm-up: connections, prepared statements
+        await call()
+    started = time.perf_counter()
+    for _ in range(count):
+        await call()
+    return count / (time.perf_counter() - started)
+
+
+async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
+    """Jobs/s written: one by one, from concurrent coroutines, and with the batch API."""
+    result: dict[str, Any] = {}
+    await system.reset()
+    await settle(system)
+    result["one_by_one"] = await _timed_sequence(system.enqueue_one, sizes.one_by_one)
+    for name, call in system.extra_enqueue().items():
+        result[name] = await _timed_sequence(call, sizes.one_by_one)
+
+    if system.supports_concurrent_enqueue:
+        await system.reset()
+        await system.enqueue_concurrent_setup(sizes.coroutines)
+        try:
+            each = sizes.concurrent // sizes.coroutines
+
+            async def producer() -> None:
+                for _ in range(each):
+                    await system.enqueue_concurrent_one()
+
+            await asyncio.gather(*(system.enqueue_concurrent_one() for _ in range(20)))
+            started = time.perf_counter()
+            await asyncio.gather(*(producer() for _ in range(sizes.coroutines)))
+            result["concurrent"] = each * sizes.coroutines / (time.perf_counter() - started)
+        finally:
+            await system.enqueue_concurrent_teardown()
+
+    await system.reset()
+    await settle(system)
+    await system.enqueue_bulk(sizes.bulk_chunk)  # warm-up
+    started = time.perf_counter()
+    left = sizes.bulk
+    while left > 0:
+        chunk = min(sizes.bulk_chunk, left)
+        await system.enqueue_bulk(chunk)
+        left -= chunk
+    result["bulk"] = sizes.bulk / (time.perf_counter() - started)
+    return result

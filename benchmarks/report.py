@@ -1,0 +1,503 @@
+"""Medians, ratios against the targets, the printed tables, the JSON file and the chart."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import median
+
+TITLES = {
+    "asyncq": "asyncq",
+    "procrastinate": "procrastinate",
+    "pgqueuer": "PgQueuer",
+    "sql": "plain SQL",
+}
+
+
+def _key(run: dict[str, Any]) -> tuple[Any, ...]:
+    p = run["point"]
+    return (run["system"], p["concurrency"], p["batch"], p["processes"], p["variant"])
+
+
+def summarise(results: dict[str, Any]) -> dict[str, Any]:
+    """Medians over the repeats, per system and configuration."""
+    groups: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    labels: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for run in results["throughput"]:
+        if run.get("ok"):
+            groups[_key(run)].append(run["rate"])
+            labels[_key(run)] = run["point"]
+    throughput = [
+        {"system": key[0], "point": labels[key], "median_rate": median(rates), "rates": rates}
+        for key, rates in groups.items()
+    ]
+    best: dict[str, dict[str, Any]] = {}
+    for row in throughput:
+        name = row["system"]
+        if row["point"]["processes"] != 1:
+            continue
+        if name == "sql" and row["point"]["variant"] != "batched":
+            continue
+        if name not in best or row["median_rate"] > best[name]["median_rate"]:
+            best[name] = row
+
+    latency: dict[str, dict[str, Any]] = {}
+    for name, runs in _by_system(results["latency"]).items():
+        latency[name] = {
+            "p50_ms": median([r["p50_ms"] for r in runs]),
+            "p95_ms": median([r["p95_ms"] for r in runs]),
+            "runs": len(runs),
+        }
+
+    enqueue: dict[str, dict[str, float | None]] = {}
+    for name, runs in _by_system(results["enqueue"]).items():
+        kinds = {k for r in runs for k in r if k not in ("system", "repeat")}
+        enqueue[name] = {k: median([r[k] for r in runs if k in r]) for k in sorted(kinds)}
+    return {"throughput": throughput, "best": best, "latency": latency, "enqueue": enqueue}
+
+
+def _by_system(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        if "error" not in run:
+            grouped[run["system"]].append(run)
+    return grouped
+
+
+def _rate_at(summary: dict[str, Any], system: str, **want: Any) -> float | None:
+    rates = [
+        row["median_rate"]
+        for row in summary["throughput"]
+        if row["system"] == system and all(row["point"][k] == v for k, v in want.items())
+    ]
+    return max(rates) if rates else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def targets(summary: dict[str, Any], results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of the issue: the measured value, the bar, and whether it is met."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, bar: str, met: bool | None, detail: str = "") -> None:
+        out.append({"target": name, "value": value, "bar": bar, "met": met, "detail": detail})
+
+    best = summary["best"]
+    aq = best.get("asyncq", {}).get("median_rate")
+    pgq = best.get("pgqueuer", {}).get("median_rate")
+    r = _ratio(aq, pgq)
+    add(
+        "throughput vs PgQueuer best",
+        r,
+        ">= 2.0x",
+        None if r is None else r >= 2.0,
+        _best_detail(best, "asyncq") + " vs " + _best_detail(best, "pgqueuer"),
+    )
+    for batch in (10, 50, 100):
+        a = _rate_at(summary, "asyncq", batch=batch, processes=1)
+        s = _rate_at(summary, "sql", batch=batch, processes=1, variant="batched")
+        r = _ratio(a, s)
+        if r is not None:
+            add(
+                f"throughput vs plain SQL, batch {batch}",
+                r,
+                ">= 0.5x",
+                r >= 0.5,
+                f"{a:,.0f} vs {s:,.0f} jobs/s",
+            )
+    one = _rate_at(summary, "asyncq", concurrency=100, batch=100, processes=1)
+    for procs in (2, 4):
+        many = _rate_at(summary, "asyncq", concurrency=100, batch=100, processes=procs)
+        r = _ratio(many, one)
+        if r is not None:
+            add(
+                f"scaling: {procs} worker processes vs 1",
+                r,
+                "(shown)",
+                None,
+                f"{many:,.0f} vs {one:,.0f} jobs/s (c=100 b=100)",
+            )
+
+    lat = summary["latency"]
+    if "asyncq" in lat:
+        mine = lat["asyncq"]
+        for peer in ("procrastinate", "pgqueuer"):
+            if peer in lat:
+                for q in ("p50_ms", "p95_ms"):
+                    add(
+                        f"pickup {q[:3]} below {TITLES[peer]}",
+                        mine[q] - lat[peer][q],
+                        "< 0 ms",
+                        mine[q] < lat[peer][q],
+                        f"{mine[q]:.2f} vs {lat[peer][q]:.2f} ms",
+                    )
+        if "sql" in lat:
+            for q in ("p50_ms", "p95_ms"):
+                diff = mine[q] - lat["sql"][q]
+                add(
+                    f"pickup {q[:3]} within 1 ms of LISTEN loop",
+                    diff,
+                    "<= 1 ms",
+                    diff <= 1.0,
+                    f"{mine[q]:.2f} vs {lat['sql'][q]:.2f} ms",
+                )
+
+    enq = summary["enqueue"]
+    if "asyncq" in enq:
+        a = enq["asyncq"]
+        if "sql" in enq:
+            r = _ratio(a.get("one_by_one"), enq["sql"].get("one_by_one"))
+            add(
+                "defer one-by-one vs plain INSERT",
+                r,
+                ">= 0.9x",
+                None if r is None else r >= 0.9,
+                f"{a.get('one_by_one') or 0:,.0f} vs {enq['sql'].get('one_by_one') or 0:,.0f}/s",
+            )
+        r = _ratio(a.get("concurrent"), a.get("one_by_one"))
+        add(
+            "defer from 50 coroutines vs one-by-one",
+            r,
+            ">= 3.0x",
+            None if r is None else r >= 3.0,
+            f"{a.get('concurrent') or 0:,.0f} vs {a.get('one_by_one') or 0:,.0f}/s",
+        )
+        bulk = a.get("bulk")
+        add("defer_many jobs/s", bulk, ">= 100,000/s", None if bulk is None else bulk >= 100_000)
+
+    history = results.get("history")
+    if history and "cases" in history:
+        cases = {c["case"]: c for c in history["cases"]}
+        steady = cases.get("done rows, vacuumed")
+        if steady:
+            rows = f"{history['rows']:,} done rows"
+            add(
+                f"claim time, {rows} vs empty",
+                steady["time_ratio"],
+                "<= 2.0x",
+                steady["time_ratio"] <= 2.0,
+                f"{steady['median_execution_ms']:.2f}"
+                f" vs {cases['empty']['median_execution_ms']:.2f} ms",
+            )
+            add(
+                f"claim buffers, {rows} vs empty",
+                steady["buffer_ratio"],
+                "<= 2.0x",
+                steady["buffer_ratio"] <= 2.0,
+                f"{steady['median_buffers']:.0f} vs {cases['empty']['median_buffers']:.0f}",
+            )
+        drain = history.get("drain", {})
+        if "seq_scan_delta" in drain:
+            add(
+                "seq scans of asyncq_jobs during a drain",
+                drain["seq_scan_delta"],
+                "0",
+                drain["seq_scan_delta"] == 0,
+                f"{drain['jobs']:,} jobs over {drain['history_rows']:,} done rows",
+            )
+    memory = results.get("memory")
+    if memory and "growth_after_warm_mb" in memory:
+        growth = memory["growth_after_warm_mb"]
+        add(
+            f"worker RSS growth over {memory['jobs']:,} jobs",
+            growth,
+            "flat (< 10 MB)",
+            growth < 10,
+            f"{memory['rss_warm_mb']:.1f} -> {memory['rss_end_mb']:.1f} MB",
+        )
+    return out
+
+
+def _best_detail(best: dict[str, Any], name: str) -> str:
+    row = best.get(name)
+    if not row:
+        return f"{name}: n/a"
+    return f"{row['median_rate']:,.0f} jobs/s ({_label(row['point'])})"
+
+
+def _label(point: dict[str, Any]) -> str:
+    c = point["concurrency"]
+    text = f"c={c if c else 'unlimited'}"
+    if point["batch"] != 1:
+        text += f" b={point['batch']}"
+    if point["processes"] > 1:
+        text += f" x{point['processes']} proc"
+    return f"{text} {point['variant']}".strip()
+
+
+# -- printing ----------------------------------------------------------------------------
+
+
+def _version(meta: dict[str, Any]) -> str:
+    return str(meta["server"].get("server_version", "?")).split()[0]
+
+
+def _fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    rule = "  ".join("-" * w for w in widths)
+    body = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    return "\n".join([line, rule, *body])
+
+
+def render(results: dict[str, Any]) -> str:
+    summary = results["summary"]
+    meta = results["meta"]
+    parts: list[str] = []
+    parts.append(
+        f"asyncq benchmarks ({meta['mode']} mode, medians of {meta['repeats']} runs,"
+        f" {meta['jobs']:,} jobs per drain) on PostgreSQL {_version(meta)},"
+        f" {meta['machine']['cores']} cores"
+    )
+    rows = []
+    for name in results["systems"]:
+        best = summary["best"].get(name)
+        lat = summary["latency"].get(name, {})
+        enq = summary["enqueue"].get(name, {})
+        rows.append(
+            [
+                TITLES.get(name, name),
+                _fmt(best and best["median_rate"]),
+                _label(best["point"]) if best else "-",
+                _fmt(lat.get("p50_ms"), ".2f"),
+                _fmt(lat.get("p95_ms"), ".2f"),
+                _fmt(enq.get("one_by_one")),
+                _fmt(enq.get("concurrent")),
+                _fmt(enq.get("bulk")),
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "system",
+                "jobs/s (best)",
+                "best config",
+                "pickup p50 ms",
+                "p95 ms",
+                "enqueue 1-by-1/s",
+                "50 coroutines/s",
+                "bulk/s",
+            ],
+            rows,
+        )
+    )
+    extras = [
+        [TITLES.get(n, n) + ": " + k, _fmt(v)]
+        for n, enq in summary["enqueue"].items()
+        for k, v in enq.items()
+        if k not in ("one_by_one", "concurrent", "bulk")
+    ]
+    if extras:
+        parts.append(_table(["other enqueue variants", "jobs/s"], extras))
+
+    sweep = sorted(
+        summary["throughput"],
+        key=lambda r: (
+            results["systems"].index(r["system"]) if r["system"] in results["systems"] else 9,
+            r["point"]["processes"],
+            r["point"]["variant"],
+            r["point"]["concurrency"],
+            r["point"]["batch"],
+        ),
+    )
+    parts.append(
+        _table(
+            ["throughput sweep", "config", "median jobs/s", "runs"],
+            [
+                [
+                    TITLES.get(r["system"], r["system"]),
+                    _label(r["point"]),
+                    _fmt(r["median_rate"]),
+                    " ".join(f"{x:,.0f}" for x in r["rates"]),
+                ]
+                for r in sweep
+            ],
+        )
+    )
+
+    history = results.get("history")
+    if history and "cases" in history:
+        rows = [
+            [
+                c["case"],
+                f"{c['median_execution_ms']:.2f}",
+                f"{c['first']['execution_ms']:.2f}",
+                f"{c['median_buffers']:.0f}",
+                f"{c['time_ratio']:.2f}x",
+                f"{c['buffer_ratio']:.2f}x",
+                "yes" if c["seq_scan_in_plan"] else "no",
+            ]
+            for c in history["cases"]
+        ]
+        parts.append(
+            f"claim of {history['claim_limit']} with {history['backlog']:,} queued"
+            f" and {history['rows']:,} finished rows (EXPLAIN ANALYZE, BUFFERS)\n"
+            + _table(
+                [
+                    "table",
+                    "ms (median)",
+                    "ms (1st)",
+                    "buffers",
+                    "time vs empty",
+                    "buffers vs empty",
+                    "seq scan in plan",
+                ],
+                rows,
+            )
+        )
+        drain = history["drain"]
+        parts.append(
+            f"drain of {drain['jobs']:,} jobs over {drain['history_rows']:,} done rows"
+            f" ({drain['point']}): {drain['rate_to_exit']:,.0f} jobs/s to exit,"
+            f" seq_scan +{drain['seq_scan_delta']}, idx_scan +{drain['idx_scan_delta']}"
+        )
+    memory = results.get("memory")
+    if memory and "rss_end_mb" in memory:
+        parts.append(
+            f"memory: {memory['jobs']:,} jobs in {memory['seconds']:.0f}s"
+            f" ({memory['rate']:,.0f}/s); worker RSS {memory['rss_start_mb']:.1f} MB at start,"
+            f" {memory['rss_warm_mb']:.1f} after 10%,"
+            f" {memory['rss_end_mb']:.1f} at the end (max {memory['rss_max_mb']:.1f});"
+            f" slope {_fmt(memory['slope_mb_per_100k_jobs'], '.2f')} MB per 100k jobs"
+        )
+    checks = results["targets"]
+    if checks:
+        rows = [
+            [
+                t["target"],
+                _fmt(t["value"], ",.2f"),
+                t["bar"],
+                {True: "met", False: "MISSED", None: "-"}[t["met"]],
+                t["detail"],
+            ]
+            for t in checks
+        ]
+        parts.append(_table(["target (asyncq)", "value", "bar", "", "measured"], rows))
+    if results["errors"]:
+        parts.append("problems:\n" + "\n".join(f"  {e}" for e in results["errors"]))
+    return "\n\n".join(parts)
+
+
+def write_json(results: dict[str, Any], out_dir: Path, stamp: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=1, default=str)
+    paths = [out_dir / f"{stamp}.json", out_dir / "latest.json"]
+    for path in paths:
+        path.write_text(text)
+    return paths
+
+
+def chart(results: dict[str, Any], path: Path) -> str | None:
+    """Throughput against batch size, concurrency and processes; None, or why not drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]')"
+    rows = results["summary"]["throughput"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
+    colors = {
+        "asyncq": "tab:blue",
+        "procrastinate": "tab:orange",
+        "pgqueuer": "tab:green",
+        "sql": "tab:gray",
+    }
+
+    def series(system: str, x: str, **fixed: Any) -> tuple[list[int], list[float]]:
+        pts = sorted(
+            (r["point"][x], r["median_rate"])
+            for r in rows
+            if r["system"] == system and all(r["point"][k] == v for k, v in fixed.items())
+        )
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    ax = axes[0]
+    for c, style in ((10, ":"), (50, "--"), (100, "-")):
+        xs, ys = series("asyncq", "batch", concurrency=c, processes=1)
+        if xs:
+            ax.plot(xs, ys, style, marker="o", color=colors["asyncq"], label=f"asyncq c={c}")
+    xs, ys = series("pgqueuer", "batch", processes=1)
+    if xs:
+        ax.plot(xs, ys, marker="s", color=colors["pgqueuer"], label="PgQueuer (tasks uncapped)")
+    for variant, style in (("batched", "-"), ("per-job", "--")):
+        xs, ys = series("sql", "batch", processes=1, variant=variant)
+        if xs:
+            ax.plot(
+                xs,
+                ys,
+                style,
+                marker="^",
+                color=colors["sql"],
+                label=f"plain SQL, 10 coroutines, {variant}",
+            )
+    ax.set(
+        title="by batch size (jobs claimed per query)",
+        xlabel="batch size",
+        ylabel="jobs/s (median)",
+    )
+
+    ax = axes[1]
+    for b, style in ((10, ":"), (50, "--"), (100, "-")):
+        xs, ys = series("asyncq", "concurrency", batch=b, processes=1)
+        if xs:
+            ax.plot(xs, ys, style, marker="o", color=colors["asyncq"], label=f"asyncq b={b}")
+    xs, ys = series("procrastinate", "concurrency", processes=1)
+    if xs:
+        ax.plot(
+            xs,
+            ys,
+            marker="D",
+            color=colors["procrastinate"],
+            label="procrastinate (1 job per fetch)",
+        )
+    ax.set(
+        title="by concurrency (jobs run at once)", xlabel="concurrency", ylabel="jobs/s (median)"
+    )
+
+    ax = axes[2]
+    for system, fixed, label in (
+        ("asyncq", {"concurrency": 100, "batch": 100}, "asyncq c=100 b=100"),
+        ("sql", {"batch": 100, "variant": "batched"}, "plain SQL b=100 batched"),
+    ):
+        xs, ys = series(system, "processes", **fixed)
+        if xs:
+            ax.plot(xs, ys, marker="o", color=colors[system], label=label)
+    ax.set(title="by worker processes", xlabel="worker processes", ylabel="jobs/s (median)")
+
+    for ax in axes:
+        xs = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
+        if xs:
+            ax.set_xticks(xs)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    meta = results["meta"]
+    fig.suptitle(
+        f"No-op jobs, one worker process unless noted: {meta['jobs']:,} jobs per drain,"
+        f" medians of {meta['repeats']} runs, PostgreSQL {_version(meta)},"
+        f" {meta['machine']['cores']} cores"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

@@ -1,0 +1,399 @@
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--dsn DSN] [--only asyncq,sql]``.
+
+Every selected system gets its own fresh database on the same server; the repeats
+go round-robin over the systems so that each ratio is measured side by side.
+It prints one report, writes benchmarks/results/<timestamp>.json and latest.json,
+and draws benchmarks/results/throughput.png. It exits 0 when a peer cannot be
+installed or run (the report says why) and 1 only when asyncq itself could not be
+measured or the database is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import history, measure, memory, profile, report
+from benchmarks.common import (
+    ROOT,
+    describe,
+    drop_database,
+    recreate_database,
+    run_async,
+    server_facts,
+)
+from benchmarks.systems import ORDER, Point, System, load
+
+PARTS = ("throughput", "latency", "enqueue", "history", "memory")
+REQUIRES = {"procrastinate": ("procrastinate",), "pgqueuer": ("pgqueuer", "asyncpg")}
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="asyncq against procrastinate, PgQueuer and plain SQL on one PostgreSQL.",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="a PostgreSQL server to create the benchmark databases on (a superuser:"
+        " it runs CREATE DATABASE and CHECKPOINT); default: $ASYNCQ_BENCH_DSN, else the"
+        " embedded PostgreSQL",
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
+    parser.add_argument(
+        "--only",
+        default=",".join(ORDER),
+        help=f"systems to run, comma-separated (default: {','.join(ORDER)})",
+    )
+    parser.add_argument(
+        "--parts",
+        default="throughput,latency,enqueue,history",
+        help=f"what to measure, comma-separated, of: {','.join(PARTS)} (default: all but memory)",
+    )
+    parser.add_argument("--memory", action="store_true", help="add the memory soak to --parts")
+    parser.add_argument("--repeats", type=int, help="runs of everything (default: 3; quick: 1)")
+    parser.add_argument("--jobs", type=int, help="jobs per drain (default: 20,000; quick: 5,000)")
+    parser.add_argument("--latency-jobs", type=int, help="pickup samples (default: 200; quick: 50)")
+    parser.add_argument(
+        "--history-rows",
+        type=int,
+        help="finished rows for the claim check (default: 1,000,000; quick: 100,000)",
+    )
+    parser.add_argument(
+        "--memory-jobs", type=int, default=1_000_000, help="jobs for the memory soak"
+    )
+    parser.add_argument(
+        "--bulk-chunk", type=int, default=1000, help="jobs per bulk enqueue call (default: 1000)"
+    )
+    parser.add_argument(
+        "--no-analyze",
+        dest="analyze",
+        action="store_false",
+        help="do not ANALYZE the job tables after each pre-load (autovacuum may still)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile one asyncq drain with py-spy"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
+    parser.add_argument(
+        "--keep-databases", action="store_true", help="leave the asyncq_bench_* databases"
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.repeats = args.repeats or (1 if quick else 3)
+    args.jobs = args.jobs or (5_000 if quick else 20_000)
+    args.latency_jobs = args.latency_jobs or (50 if quick else 200)
+    args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
+    args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if args.memory:
+        args.parts.add("memory")
+    for name in args.systems:
+        if name not in ORDER:
+            parser.error(f"unknown system {name!r} (known: {', '.join(ORDER)})")
+    for part in args.parts:
+        if part not in PARTS:
+            parser.error(f"unknown part {part!r} (known: {', '.join(PARTS)})")
+    return args
+
+
+def sizes(args: argparse.Namespace) -> measure.Sizes:
+    quick = args.quick
+    return measure.Sizes(
+        jobs=args.jobs,
+        latency_jobs=args.latency_jobs,
+        one_by_one=300 if quick else 2000,
+        concurrent=1000 if quick else 5000,
+        coroutines=50,
+        bulk=5_000 if quick else 20_000,
+        bulk_chunk=args.bulk_chunk,
+    )
+
+
+def scaling(name: str, quick: bool) -> list[Point]:
+    counts = (2,) if quick else (2, 4)
+    if name == "asyncq":
+        return [Point(100, 100, processes=n) for n in counts]
+    if name == "sql":
+        return [Point(10, 100, processes=n, variant="batched") for n in counts]
+    return []
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    if args.dsn:
+        return str(args.dsn)
+    if os.environ.get("ASYNCQ_BENCH_DSN"):
+        return os.environ["ASYNCQ_BENCH_DSN"]
+    from asyncq import embedded
+
+    return embedded.start()
+
+
+def machine() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                facts["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                facts["memory_gb"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return facts
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for dist in ("asyncq", "procrastinate", "pgqueuer", "psycopg", "asyncpg", "uvloop"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[dist] = importlib.metadata.version(dist)
+    return found
+
+
+def git_state() -> dict[str, Any]:
+    """The commit measured, and whether asyncq/ had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "asyncq_dirty": bool(git("status", "--porcelain", "--", "asyncq")),
+    }
+
+
+def point_dict(point: Point) -> dict[str, Any]:
+    return {**dataclasses.asdict(point), "label": point.label}
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, admin_dsn: str) -> None:
+        self.args = args
+        self.admin_dsn = admin_dsn
+        self.log_dir = args.out / "logs"
+        self.results: dict[str, Any] = {
+            "throughput": [],
+            "latency": [],
+            "enqueue": [],
+            "errors": [],
+        }
+        self.systems: list[System] = []
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+    def problem(self, where: str, exc: BaseException) -> str:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        message = f"{where}: {type(exc).__name__}: {text}"[:600]
+        self.results["errors"].append(message)
+        self.say(f"  ! {message}")
+        return message
+
+    async def guarded(
+        self, where: str, call: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        try:
+            return await call()
+        except Exception as exc:  # noqa: BLE001 - a failing system must not stop the others
+            if os.environ.get("BENCH_TRACEBACKS"):
+                traceback.print_exc()
+            return {"error": self.problem(where, exc)}
+
+    async def prepare(self) -> None:
+        for name in self.args.systems:
+            try:
+                for module in REQUIRES.get(name, ()):
+                    importlib.import_module(module)
+                cls = load(name).SYSTEM
+            except ImportError as exc:
+                self.problem(name, ImportError(f"not installed ({exc}); pip install -e '.[bench]'"))
+                continue
+            try:
+                dsn = await recreate_database(self.admin_dsn, name)
+                system = cls(dsn)
+                await system.install()
+                await system.open()
+            except Exception as exc:  # noqa: BLE001
+                self.problem(f"{name} setup", exc)
+                continue
+            self.systems.append(system)
+
+    async def one_round(self, repeat: int) -> None:
+        size = sizes(self.args)
+        for system in self.systems:
+            name = system.name
+            if "throughput" in self.args.parts:
+                for point in system.sweep(self.args.quick) + scaling(name, self.args.quick):
+                    run = await self.guarded(
+                        f"{name} throughput {point.label}",
+                        lambda s=system, p=point: measure.throughput(
+                            s, p, size.jobs, self.log_dir, analyze=self.args.analyze
+                        ),
+                    )
+                    run.update(system=name, point=point_dict(point), repeat=repeat)
+                    if "error" in run and "ok" not in run:
+                        run["ok"] = False
+                    self.results["throughput"].append(run)
+                    if run.get("ok"):
+                        self.say(f"  {name:13} {point.label:28} {run['rate']:>9,.0f} jobs/s")
+                    elif "error" in run and "rate" in run:
+                        self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
+            if "latency" in self.args.parts:
+                lat = await self.guarded(
+                    f"{name} latency",
+                    lambda s=system: measure.latency(
+                        s, s.latency_point(), size.latency_jobs, self.log_dir
+                    ),
+                )
+                lat.update(system=name, repeat=repeat, point=point_dict(system.latency_point()))
+                self.results["latency"].append(lat)
+                if "error" not in lat:
+                    self.say(
+                        f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms"
+                    )
+            if "enqueue" in self.args.parts:
+                enq = await self.guarded(
+                    f"{name} enqueue", lambda s=system: measure.enqueue(s, size)
+                )
+                enq.update(system=name, repeat=repeat)
+                self.results["enqueue"].append(enq)
+                if "error" not in enq:
+                    rates = ", ".join(
+                        f"{k} {v:,.0f}/s" for k, v in enq.items() if isinstance(v, float)
+                    )
+                    self.say(f"  {name:13} enqueue: {rates}")
+
+    async def run(self) -> dict[str, Any]:
+        args = self.args
+        started = time.perf_counter()
+        await self.prepare()
+        for repeat in range(1, args.repeats + 1):
+            self.say(f"round {repeat} of {args.repeats}")
+            await self.one_round(repeat)
+        names = [s.name for s in self.systems]
+        if "history" in args.parts and "asyncq" in names:
+            self.say(f"claim cost against {args.history_rows:,} finished rows")
+            self.results["history"] = await self.guarded(
+                "history",
+                lambda: history.run(
+                    self.admin_dsn,
+                    rows=args.history_rows,
+                    backlog=1000,
+                    drain_jobs=args.jobs,
+                    log_dir=self.log_dir,
+                ),
+            )
+        if "memory" in args.parts and "asyncq" in names:
+            self.say(f"memory soak: {args.memory_jobs:,} jobs")
+            self.results["memory"] = await self.guarded(
+                "memory",
+                lambda: memory.run(
+                    self.admin_dsn,
+                    total=args.memory_jobs,
+                    point=Point(100, 100),
+                    log_dir=self.log_dir,
+                ),
+            )
+        if args.profile and "asyncq" in names:
+            asyncq_system = next(s for s in self.systems if s.name == "asyncq")
+            self.results["profile"] = await self.guarded(
+                "profile",
+                lambda: profile.run(
+                    asyncq_system, Point(100, 100), args.jobs, args.out, self.log_dir
+                ),
+            )
+        for system in self.systems:
+            try:
+                await system.close()
+                if not args.keep_databases:
+                    await drop_database(self.admin_dsn, system.name)
+            except Exception as exc:  # noqa: BLE001
+                self.problem(f"{system.name} teardown", exc)
+        if not args.keep_databases:
+            for extra in ("history", "memory"):
+                await drop_database(self.admin_dsn, extra)
+        self.results["elapsed_s"] = time.perf_counter() - started
+        self.results["systems"] = names
+        return self.results
+
+
+async def main(args: argparse.Namespace) -> int:
+    try:
+        admin_dsn = resolve_dsn(args)
+        server = await server_facts(admin_dsn)
+    except Exception as exc:  # noqa: BLE001
+        print(f"benchmarks: cannot reach PostgreSQL: {exc}", file=sys.stderr)
+        return 1
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    print(
+        f"benchmarks on {describe(admin_dsn)} (PostgreSQL {server['server_version']},"
+        f" synchronous_commit={server['synchronous_commit']}); systems: {', '.join(args.systems)}",
+        flush=True,
+    )
+    runner = Runner(args, admin_dsn)
+    results = await runner.run()
+    results["meta"] = {
+        "timestamp": stamp,
+        "mode": "quick" if args.quick else "full",
+        "repeats": args.repeats,
+        "jobs": args.jobs,
+        "sizes": dataclasses.asdict(sizes(args)),
+        "parts": sorted(args.parts),
+        "analyze_after_preload": args.analyze,
+        "dsn": describe(admin_dsn),
+        "server": server,
+        "machine": machine(),
+        "versions": versions(),
+        "git": git_state(),
+        "command": " ".join(
+            [os.path.basename(sys.executable), "-m", "benchmarks.run", *sys.argv[1:]]
+        ),
+    }
+    results["summary"] = report.summarise(results)
+    results["targets"] = report.targets(results["summary"], results)
+    print()
+    print(report.render(results))
+    if "profile" in results:
+        print()
+        print(profile.render(results["profile"]))
+    why_not = report.chart(results, args.out / "throughput.png")
+    paths = report.write_json(results, args.out, stamp)
+    print()
+    print(f"results: {paths[0]} (and {paths[1].name})")
+    print(f"chart: {why_not or args.out / 'throughput.png'}")
+    print(f"took {results['elapsed_s']:.0f}s")
+    if "asyncq" in args.systems:
+        measured = any(r.get("ok") for r in results["throughput"] if r["system"] == "asyncq")
+        if "throughput" in args.parts and not measured:
+            return 1
+    return 0
+
+
+def cli() -> None:
+    args = parse_args()
+    sys.exit(run_async(lambda: main(args)))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,100 @@
+"""asyncq: deferred with its public API, run by ``App.run_worker`` in a worker process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from asyncq import App
+from benchmarks.common import connect, report_latency
+from benchmarks.systems import Point, Ready, System, WorkerOptions
+
+NOOP = "bench.noop"
+STAMP = "bench.stamp"
+
+
+def make_app(dsn: str) -> App:
+    app = App(dsn, application_name="asyncq-bench")
+
+    @app.task(name=NOOP)
+    async def noop() -> None:
+        pass
+
+    @app.task(name=STAMP)
+    async def stamp(sent_at: float) -> None:
+        report_latency(sent_at)
+
+    return app
+
+
+class AsyncqSystem(System):
+    name = "asyncq"
+    title = "asyncq"
+    unfinished_sql = (
+        "SELECT EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'queued')"
+        " OR EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'running')"
+    )
+    completed_sql = "SELECT count(*) FROM asyncq_jobs WHERE status = 'done'"
+    tables = ("asyncq_jobs",)
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.app = make_app(dsn)
+        self.own_conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def install(self) -> None:
+        async with self.app:
+            await self.app.migrate()
+
+    async def open(self) -> None:
+        await self.app.open()
+        self.own_conn = await connect(self.dsn)
+
+    async def close(self) -> None:
+        if self.own_conn is not None:
+            await self.own_conn.close()
+        await self.app.close()
+
+    async def reset(self) -> None:
+        async with self.app.connection() as conn:
+            await conn.execute("TRUNCATE asyncq_jobs RESTART IDENTITY")
+
+    async def enqueue_bulk(self, count: int) -> None:
+        await self.app.tasks[NOOP].defer_many([{}] * count)
+
+    async def enqueue_one(self) -> None:
+        await self.app.tasks[NOOP].defer()
+
+    async def enqueue_stamp(self, sent_at: float) -> None:
+        await self.app.tasks[STAMP].defer(sent_at)
+
+    def extra_enqueue(self) -> dict[str, Any]:
+        async def on_own_connection() -> None:
+            await self.app.tasks[NOOP].options(conn=self.own_conn).defer()
+
+        return {"defer(conn=own connection)": on_own_connection}
+
+    @staticmethod
+    def sweep(quick: bool) -> list[Point]:
+        if quick:
+            return [Point(10, 10), Point(100, 100)]
+        return [Point(c, b) for c in (10, 50, 100) for b in (10, 50, 100) if b <= c]
+
+    @staticmethod
+    def latency_point() -> Point:
+        return Point(10, 10)
+
+
+SYSTEM = AsyncqSystem
+
+
+async def work(options: WorkerOptions, ready: Ready) -> None:
+    app = make_app(options.dsn)
+    async with app:
+        await ready()
+        await app.run_worker(
+            concurrency=options.concurrency,
+            batch_size=options.batch,
+            drain=options.mode == "drain",
+        )

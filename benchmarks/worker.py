@@ -1,0 +1,48 @@
+"""One worker process: ``python -m benchmarks.worker SYSTEM --dsn DSN --mode drain|serve ...``.
+
+It connects, prints ``READY``, waits for a line on stdin (so that the clock starts
+when every worker of a run is connected), runs the system's worker, prints ``EXIT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from benchmarks.common import run_async
+from benchmarks.systems import MODULES, WorkerOptions, load
+
+
+async def _ready() -> None:
+    print("READY", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
+    parser.add_argument("system", choices=sorted(MODULES))
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--mode", choices=["drain", "serve"], default="drain")
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--variant", default="")
+    args = parser.parse_args()
+    options = WorkerOptions(
+        dsn=args.dsn,
+        mode=args.mode,
+        concurrency=args.concurrency,
+        batch=args.batch,
+        variant=args.variant,
+    )
+    module = load(args.system)
+
+    async def run() -> None:
+        await module.work(options, _ready)
+        print("EXIT", flush=True)
+
+    run_async(run)
+
+
+if __name__ == "__main__":
+    main()
