@@ -1,0 +1,547 @@
+"""The fault suite's harness: a database on the controlled server with audit triggers,
+worker processes with a ledger file each, a sampler of ``pg_stat_activity``, a steady
+stream of deferred jobs, and the figures file.
+
+Everything here observes from outside: worker processes are real ``python -m asyncq
+worker`` processes, the ledger files are written by the tasks themselves, and the
+audit tables are filled by triggers inside PostgreSQL, not by asyncq.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg.types.json import Jsonb
+
+import asyncq
+from tests.acceptance.support import WorkerProcess, wait_until
+from tests.faults import fault_app
+from tests.faults.pgctl import ControlledPostgres
+
+APP = "tests.faults.fault_app:app"
+WORK = "tests.faults.fault_app.work"
+FAIL = "tests.faults.fault_app.fail"
+
+# A worker's connections, from asyncq/worker/supervisor.py and asyncq/app.py: its App's
+# pool (pool_max_size), one LISTEN connection, and the control pool (max_size=2) that the
+# heartbeat and the reaper share.
+LISTEN_CONNECTIONS = 1
+CONTROL_POOL_MAX = 2
+CONNECTIONS_PER_WORKER = fault_app.app.pool_max_size + LISTEN_CONNECTIONS + CONTROL_POOL_MAX
+
+RESULTS = Path(__file__).parent / "results" / "last-run.json"
+
+# -- the database -----------------------------------------------------------------------
+
+# Any UPDATE of a row that is done: a transition out of done, or a done outcome written
+# again. Nothing in asyncq may do either; the table must stay empty.
+AUDIT = """
+CREATE TABLE faults_done_touched (
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    id          bigint NOT NULL,
+    old_status  text NOT NULL,
+    new_status  text NOT NULL,
+    old_attempts int NOT NULL,
+    new_attempts int NOT NULL,
+    locked_by   text
+);
+CREATE FUNCTION faults_done_touched() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO faults_done_touched (id, old_status, new_status, old_attempts, new_attempts,
+                                     locked_by)
+    VALUES (OLD.id, OLD.status, NEW.status, OLD.attempts, NEW.attempts, NEW.locked_by);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER faults_done_touched AFTER UPDATE ON asyncq_jobs
+    FOR EACH ROW WHEN (OLD.status = 'done')
+    EXECUTE FUNCTION faults_done_touched();
+"""
+
+# Every change of status, with the attempt and the worker: the claims (-> running) name
+# the process that took each attempt.
+HISTORY = """
+CREATE TABLE faults_history (
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    id          bigint NOT NULL,
+    old_status  text NOT NULL,
+    new_status  text NOT NULL,
+    attempts    int NOT NULL,
+    locked_by   text
+);
+CREATE FUNCTION faults_history() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO faults_history (id, old_status, new_status, attempts, locked_by)
+    VALUES (NEW.id, OLD.status, NEW.status, NEW.attempts, NEW.locked_by);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER faults_history AFTER UPDATE OF status ON asyncq_jobs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION faults_history();
+"""
+
+
+def create_database(server: ControlledPostgres, name: str, *, history: bool = False) -> str:
+    """A new database on ``server``, migrated by asyncq, with the audit trigger (and, with
+    ``history``, the status history). Returns its DSN."""
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = server.dsn(name)
+
+    async def migrate() -> None:
+        async with asyncq.App(dsn) as app:
+            await app.migrate()
+
+    anyio.run(migrate)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(AUDIT)
+        if history:
+            conn.execute(HISTORY)
+    return dsn
+
+
+def pid_of(worker_id: str | None) -> int | None:
+    """The process id in a worker id (``host:pid:token``)."""
+    if not worker_id:
+        return None
+    return int(worker_id.rsplit(":", 2)[1])
+
+
+def done_touched(db: Db) -> list[tuple[Any, ...]]:
+    return db.rows("SELECT * FROM faults_done_touched ORDER BY at")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One attempt's claim, from the status history."""
+
+    job_id: int
+    attempt: int
+    pid: int
+    at: float
+
+
+def claims(db: Db) -> dict[int, list[Claim]]:
+    """Every claim of every job, in order, from ``faults_history``."""
+    rows = db.rows(
+        "SELECT id, attempts, locked_by, extract(epoch FROM at)::float8 FROM faults_history"
+        " WHERE new_status = 'running' ORDER BY at"
+    )
+    found: dict[int, list[Claim]] = defaultdict(list)
+    for job_id, attempt, locked_by, at in rows:
+        pid = pid_of(locked_by)
+        assert pid is not None, f"job {job_id} claimed by nobody"
+        found[job_id].append(Claim(job_id, attempt, pid, at))
+    return found
+
+
+# -- the ledger files ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str
+    job_id: int
+    attempt: int
+    pid: int
+    at: float
+
+
+class Ledgers:
+    """The ledger files of every worker process of a test: one file per process."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def entries(self) -> list[Event]:
+        found = []
+        for path in sorted(self.folder.glob("*.ledger")):
+            for line in path.read_text().splitlines():
+                event, job_id, attempt, pid, at = line.split()
+                found.append(Event(event, int(job_id), int(attempt), int(pid), float(at)))
+        return found
+
+    def by_job(self) -> dict[int, list[Event]]:
+        found: dict[int, list[Event]] = defaultdict(list)
+        for entry in sorted(self.entries(), key=lambda e: e.at):
+            found[entry.job_id].append(entry)
+        return found
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+class FaultWorkers:
+    """Worker processes of the fault app; remembers whom it killed, and when."""
+
+    def __init__(self, dsn: str, folder: Path, **env: str) -> None:
+        self.dsn = dsn
+        self.ledgers = Ledgers(folder / "ledgers")
+        self.logs = folder / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.extra_env = env
+        self.started: list[WorkerProcess] = []
+        self.killed: dict[int, float] = {}  # pid -> time.time() of the kill
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("ASYNCQ_TEST_DSN", None)
+        env.update(
+            ASYNCQ_DSN=self.dsn,
+            FAULTS_LEDGER_DIR=str(self.ledgers.folder),
+            PYTHONUNBUFFERED="1",
+            **self.extra_env,
+        )
+        return env
+
+    def start(self, *options: str, lease: float, ready: bool = True) -> WorkerProcess:
+        args = [sys.executable, "-m", "asyncq", "worker", APP, "--lease", str(lease), *options]
+        worker = WorkerProcess(args, self.env(), self.logs / f"worker-{len(self.started)}.log")
+        self.started.append(worker)
+        if ready:
+            worker.wait_ready(30)
+        return worker
+
+    def kill9(self, worker: WorkerProcess) -> float:
+        """``kill -9``: no handler runs, no outcome is written, no job is handed back."""
+        at = time.time()
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.popen.wait(10)
+        self.killed[worker.pid] = at
+        return at
+
+    def stop_all(self, timeout: float = 30) -> dict[int, int | None]:
+        """SIGTERM to every live worker; their exit codes by pid."""
+        live = [w for w in self.started if w.alive]
+        for worker in live:
+            worker.send(signal.SIGTERM)
+        return {w.pid: w.wait(timeout) for w in live}
+
+    def kill_all(self) -> None:
+        for worker in self.started:
+            worker.kill()
+
+    def tracebacks(self) -> list[str]:
+        """Worker logs that hold a traceback: an error asyncq did not handle."""
+        found = []
+        for worker in self.started:
+            text = worker.stderr()
+            if "Traceback" in text:
+                at = text.index("Traceback")
+                found.append(f"{worker.log.name} (pid {worker.pid}):\n{text[at - 300 : at + 3000]}")
+        return found
+
+
+# -- the pg_stat_activity sampler -----------------------------------------------------------
+
+
+def is_listener(query: str | None) -> bool:
+    """A worker's LISTEN connection: its last query is the LISTEN, or the health check
+    (``SELECT 1``) that asyncq/worker/listener.py runs on it; no other connection runs that."""
+    return bool(query) and (query.startswith("LISTEN ") or query == "SELECT 1")  # type: ignore[union-attr]
+
+
+LISTENER = """application_name = %s AND (query LIKE 'LISTEN %%' OR query = 'SELECT 1')"""
+
+ACTIVITY = """
+SELECT application_name, state, query,
+       extract(epoch FROM clock_timestamp() - state_change)::float8
+  FROM pg_stat_activity
+ WHERE application_name LIKE 'asyncq:%%' AND datname = %s AND backend_type = 'client backend'
+"""
+
+
+@dataclass
+class Snapshot:
+    at: float
+    connections: dict[int, int]  # worker pid -> its server connections
+    listening: dict[int, int]  # worker pid -> its connections whose query is LISTEN
+
+
+@dataclass
+class Sampler:
+    """Polls ``pg_stat_activity`` every ``interval`` seconds in a thread, through the
+    faults too (it reconnects): asyncq connections idle in a transaction for longer
+    than ``idle_limit``, and each worker process's connections."""
+
+    server_dsn: str
+    dbname: str
+    interval: float = 0.1
+    idle_limit: float = 1.0
+    samples: int = 0
+    idle_in_transaction: list[tuple[float, str, float, str]] = field(default_factory=list)
+    max_connections: dict[int, int] = field(default_factory=dict)
+    max_listening: dict[int, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _last: Snapshot | None = None
+
+    def __enter__(self) -> Sampler:
+        self._thread = threading.Thread(target=self._run, name="pg_stat_activity sampler")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(10)
+
+    def snapshot(self) -> Snapshot:
+        """The connections of every worker process now (waits for a fresh sample)."""
+        seen = self.samples
+        wait_until(lambda: self.samples > seen + 1, 30, "a fresh pg_stat_activity sample")
+        assert self._last is not None
+        return self._last
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.wait(self.interval):
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.server_dsn, autocommit=True, connect_timeout=1)
+                rows = conn.execute(ACTIVITY, (self.dbname,)).fetchall()
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                continue
+            try:
+                self._sample(rows)
+            except Exception as exc:  # noqa: BLE001 - reported by check(), not lost with the thread
+                self.errors.append(repr(exc))
+        if conn is not None:
+            conn.close()
+
+    def _sample(self, rows: list[tuple[Any, ...]]) -> None:
+        connections: dict[int, int] = defaultdict(int)
+        listening: dict[int, int] = defaultdict(int)
+        for application_name, state, query, idle_for in rows:
+            pid = int(application_name.split(":", 1)[1])
+            connections[pid] += 1
+            if is_listener(query):
+                listening[pid] += 1
+            if (state or "").startswith("idle in transaction") and idle_for > self.idle_limit:
+                self.idle_in_transaction.append((time.time(), application_name, idle_for, query))
+        for pid, n in connections.items():
+            self.max_connections[pid] = max(n, self.max_connections.get(pid, 0))
+        for pid, n in listening.items():
+            self.max_listening[pid] = max(n, self.max_listening.get(pid, 0))
+        self._last = Snapshot(time.time(), dict(connections), dict(listening))
+        self.samples += 1
+
+    def check(self) -> None:
+        """The invariants over every sample taken."""
+        assert not self.errors, f"the sampler failed: {self.errors[:3]}"
+        assert self.samples > 10, "the sampler saw (almost) nothing"
+        assert not self.idle_in_transaction, (
+            f"asyncq connections idle in a transaction for more than {self.idle_limit}s:"
+            f" {self.idle_in_transaction[:5]}"
+        )
+        over = {p: n for p, n in self.max_connections.items() if n > CONNECTIONS_PER_WORKER}
+        assert not over, f"workers over {CONNECTIONS_PER_WORKER} connections: {over}"
+        doubled = {p: n for p, n in self.max_listening.items() if n > LISTEN_CONNECTIONS}
+        assert not doubled, f"workers with more than one LISTEN connection: {doubled}"
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "idle_in_transaction_over_1s": len(self.idle_in_transaction),
+            "max_connections_per_worker": max(self.max_connections.values(), default=0),
+            "connection_bound_per_worker": CONNECTIONS_PER_WORKER,
+        }
+
+
+# -- a steady stream of jobs ---------------------------------------------------------------
+
+INSERT = """
+INSERT INTO asyncq_jobs (task_name, args, max_attempts)
+SELECT %(task)s, a, %(max_attempts)s FROM jsonb_array_elements(%(args)s) AS a
+RETURNING id, (args->>'tag')::int
+"""
+
+
+class Deferrer:
+    """Defers ``per_tick`` jobs every ``tick`` seconds with plain SQL (one autocommit
+    INSERT each time), through the faults: it remembers which jobs it saw committed,
+    and which INSERTs failed with an unknown outcome (sent, then the connection broke)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        per_tick: int,
+        tick: float,
+        ms: Callable[[random.Random], int],
+        max_attempts: int,
+        seed: int,
+    ) -> None:
+        self.dsn = dsn
+        self.per_tick = per_tick
+        self.tick = tick
+        self.ms = ms
+        self.max_attempts = max_attempts
+        self.rng = random.Random(seed)
+        self.committed: dict[int, int] = {}  # tag -> job id
+        self.committed_at: dict[int, float] = {}  # tag -> time.time() the commit was seen
+        self.uncertain: set[int] = set()
+        self.refused = 0  # INSERTs that could not be sent at all
+        self._next_tag = 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="deferrer")
+
+    def __enter__(self) -> Deferrer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            next_at += self.tick
+            tags = list(range(self._next_tag, self._next_tag + self.per_tick))
+            self._next_tag += self.per_tick
+            args = [{"ms": self.ms(self.rng), "tag": tag} for tag in tags]
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
+            except psycopg.Error:
+                self.refused += 1
+            else:
+                try:
+                    rows = conn.execute(
+                        INSERT,
+                        {"task": WORK, "args": Jsonb(args), "max_attempts": self.max_attempts},
+                    ).fetchall()
+                except psycopg.Error:
+                    self.uncertain.update(tags)
+                    conn.close()
+                    conn = None
+                else:
+                    now = time.time()
+                    for job_id, tag in rows:
+                        self.committed[tag] = job_id
+                        self.committed_at[tag] = now
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+        if conn is not None:
+            conn.close()
+
+
+# -- checks and figures ---------------------------------------------------------------------
+
+
+class Db:
+    """The test's own autocommit connection, opened again after a fault broke it."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        try:
+            return self.conn.execute(sql, params or None).fetchall()
+        except psycopg.OperationalError:
+            self.close()  # broken by a fault: once more, on a new connection
+            return self.conn.execute(sql, params or None).fetchall()
+
+    def value(self, sql: str, *params: Any) -> Any:
+        return self.rows(sql, *params)[0][0]
+
+
+def jobs(db: Db) -> dict[int, dict[str, Any]]:
+    """Every job row by id, with the columns the checks use."""
+    rows = db.rows(
+        "SELECT id, status::text, attempts, locked_by, extract(epoch FROM finished_at)::float8,"
+        " (args->>'tag')::int FROM asyncq_jobs"
+    )
+    return {
+        r[0]: {"status": r[1], "attempts": r[2], "pid": pid_of(r[3]), "finished": r[4], "tag": r[5]}
+        for r in rows
+    }
+
+
+def not_done(db: Db, ids: Iterable[int]) -> int:
+    return int(
+        db.value(
+            "SELECT count(*) FROM asyncq_jobs WHERE id = ANY(%s) AND status <> 'done'", list(ids)
+        )
+    )
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50_s": round(statistics.median(values), 3),
+        "p90_s": round(percentile(values, 0.9), 3),
+        "max_s": round(max(values), 3),
+    }
+
+
+def record_figures(test: str, figures: dict[str, Any]) -> str:
+    """Merge one test's figures into ``results/last-run.json``; returns them as text."""
+    RESULTS.parent.mkdir(exist_ok=True)
+    try:
+        everything = json.loads(RESULTS.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        everything = {}
+    figures = {"recorded_at": time.strftime("%Y-%m-%d %H:%M:%S"), **figures}
+    everything[test] = figures
+    RESULTS.write_text(json.dumps(everything, indent=2, sort_keys=True) + "\n")
+    return f"\n[{test}] " + json.dumps(figures, indent=2, sort_keys=True)
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """A process's resident memory (kB) and open file descriptors, from /proc."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
+    assert match, text
+    return {"rss_kb": int(match[1]), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
