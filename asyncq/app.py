@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from asyncq import embedded, migrate
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.job import RequeueResult, refusal
+from asyncq.pools import reconnect_options
 from asyncq.retry import Backoff
 from asyncq.store import Store
 from asyncq.task import Task
@@ -199,6 +200,7 @@ class App:
             timeout=self.connect_timeout,
             open=False,
             name="asyncq",
+            **reconnect_options(),
         )
         try:
             await pool.open(wait=True, timeout=self.connect_timeout)

@@ -27,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from asyncq import migrate
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
+from asyncq.pools import reconnect_options
 from asyncq.store import Store
 from asyncq.task import Task, validate_name
 from asyncq.worker.completer import Completer
@@ -126,6 +127,7 @@ class Worker:
             configure=_configure_control,
             open=False,
             name=f"asyncq-control-{self.id}",
+            **reconnect_options(),
         )
         await control.open(wait=False)
         settings = self.settings
