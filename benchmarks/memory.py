@@ -30,7 +30,7 @@ def _slope_mb_per_100k(samples: list[dict[str, Any]]) -> float | None:
     if var == 0:
         return None
     cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
-    return cov / var * 100_000
+    return float(cov / var * 100_000)
 
 
 async def run(admin_dsn: str, *, total: int, point: Point, log_dir: Path) -> dict[str, Any]:

@@ -36,6 +36,23 @@ def _name(frame: str) -> str:
     return f"{match['func']} ({path})"
 
 
+RATE = 250
+STARTUP = "<frozen importlib"  # samples of start-up imports are left out
+# Frames on (nearly) every stack, which say nothing in the "total" ranking.
+PLUMBING = (
+    "_run_module_as_main ",
+    "_run_code ",
+    "<module> (benchmarks/",
+    "main (benchmarks/",
+    "main.<locals>.run (benchmarks/",
+    "run_async (benchmarks/",
+    "run (uvloop/",
+    "run.<locals>.wrapper (uvloop/",
+    "Runner.run (asyncio/",
+    "work (benchmarks/",
+)
+
+
 def rank(raw: Path, top: int = 15) -> dict[str, Any]:
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
@@ -46,12 +63,13 @@ def rank(raw: Path, top: int = 15) -> dict[str, Any]:
             continue
         count = int(count_text)
         frames = [_name(f) for f in stack.split(";") if f]
-        if not frames:
+        if not frames or any(STARTUP in f for f in frames):
             continue
         samples += count
         own[frames[-1]] += count
         for name in set(frames):
-            total[name] += count
+            if not name.startswith(PLUMBING):
+                total[name] += count
 
     def share(counter: Counter[str]) -> list[dict[str, Any]]:
         return [{"function": k, "share": v / samples} for k, v in counter.most_common(top)]
@@ -66,22 +84,20 @@ async def run(
     if spy is None:
         return {"error": "py-spy is not installed (pip install py-spy)"}
     raw = out_dir / "asyncq-profile.txt"
-    wrapper = (
-        spy,
-        "record",
-        "--nonblocking",
-        "--rate",
-        "250",
-        "--format",
-        "raw",
-        "-o",
-        str(raw),
-        "--",
-    )
+    wrapper = (spy, "record", "--nonblocking", "--rate", str(RATE), "--format", "raw")
+    wrapper += ("-o", str(raw), "--")
     drain = await measure.throughput(system, point, jobs, log_dir, wrapper)
     result = rank(raw)
     result.update(
-        {"point": point.label, "jobs": jobs, "rate_under_profiler": drain["rate"], "raw": str(raw)}
+        {
+            "point": point.label,
+            "jobs": jobs,
+            "rate_under_profiler": drain["rate"],
+            # py-spy drops the samples of an idle thread (waiting in the event loop's poll):
+            # this is the share of the drain during which the worker ran Python code.
+            "busy_share": result["samples"] / (drain["seconds"] * RATE),
+            "raw": str(raw),
+        }
     )
     return result
 
@@ -91,8 +107,8 @@ def render(result: dict[str, Any]) -> str:
         return f"profile: {result['error']}"
     lines = [
         f"profile of an asyncq drain ({result['jobs']:,} jobs, {result['point']},"
-        f" {result['samples']:,} samples,"
-        f" {result['rate_under_profiler']:,.0f} jobs/s under py-spy)",
+        f" {result['rate_under_profiler']:,.0f} jobs/s under py-spy): {result['samples']:,}"
+        f" samples in the worker, busy {result['busy_share']:.0%} of the drain",
         "  most samples running (self):",
     ]
     lines += [f"    {row['share']:6.1%}  {row['function']}" for row in result["self"]]

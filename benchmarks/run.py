@@ -23,6 +23,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +248,13 @@ class Runner:
                 for point in system.sweep(self.args.quick) + scaling(name, self.args.quick):
                     run = await self.guarded(
                         f"{name} throughput {point.label}",
-                        lambda s=system, p=point: measure.throughput(
-                            s, p, size.jobs, self.log_dir, analyze=self.args.analyze
+                        partial(
+                            measure.throughput,
+                            system,
+                            point,
+                            size.jobs,
+                            self.log_dir,
+                            analyze=self.args.analyze,
                         ),
                     )
                     run.update(system=name, point=point_dict(point), repeat=repeat)
@@ -262,8 +268,12 @@ class Runner:
             if "latency" in self.args.parts:
                 lat = await self.guarded(
                     f"{name} latency",
-                    lambda s=system: measure.latency(
-                        s, s.latency_point(), size.latency_jobs, self.log_dir
+                    partial(
+                        measure.latency,
+                        system,
+                        system.latency_point(),
+                        size.latency_jobs,
+                        self.log_dir,
                     ),
                 )
                 lat.update(system=name, repeat=repeat, point=point_dict(system.latency_point()))
@@ -273,9 +283,7 @@ class Runner:
                         f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms"
                     )
             if "enqueue" in self.args.parts:
-                enq = await self.guarded(
-                    f"{name} enqueue", lambda s=system: measure.enqueue(s, size)
-                )
+                enq = await self.guarded(f"{name} enqueue", partial(measure.enqueue, system, size))
                 enq.update(system=name, repeat=repeat)
                 self.results["enqueue"].append(enq)
                 if "error" not in enq:
@@ -284,11 +292,21 @@ class Runner:
                     )
                     self.say(f"  {name:13} enqueue: {rates}")
 
+    def best_asyncq_point(self) -> Point:
+        """asyncq's fastest single-process configuration so far (c=100 b=100 if none)."""
+        best = report.summarise({**self.results, "latency": [], "enqueue": []})["best"]
+        row = best.get("asyncq")
+        if row is None:
+            return Point(100, 100)
+        p = row["point"]
+        return Point(p["concurrency"], p["batch"], p["processes"], p["variant"])
+
     async def run(self) -> dict[str, Any]:
         args = self.args
         started = time.perf_counter()
         await self.prepare()
-        for repeat in range(1, args.repeats + 1):
+        rounds = args.repeats if args.parts & {"throughput", "latency", "enqueue"} else 0
+        for repeat in range(1, rounds + 1):
             self.say(f"round {repeat} of {args.repeats}")
             await self.one_round(repeat)
         names = [s.name for s in self.systems]
@@ -317,11 +335,11 @@ class Runner:
             )
         if args.profile and "asyncq" in names:
             asyncq_system = next(s for s in self.systems if s.name == "asyncq")
+            point = self.best_asyncq_point()
+            self.say(f"profile of an asyncq drain ({point.label})")
             self.results["profile"] = await self.guarded(
                 "profile",
-                lambda: profile.run(
-                    asyncq_system, Point(100, 100), args.jobs, args.out, self.log_dir
-                ),
+                lambda: profile.run(asyncq_system, point, args.jobs, args.out, self.log_dir),
             )
         for system in self.systems:
             try:
