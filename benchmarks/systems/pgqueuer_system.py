@@ -4,7 +4,7 @@ A QueueManager dequeues ``batch_size`` jobs per query and runs each as an asynci
 task (no cap unless ``max_concurrent_tasks`` is set), then deletes finished jobs
 from the queue table and logs them, in buffered batches. ``mode=drain`` returns
 once the queue is empty. The asyncpg driver is the one PgQueuer's own benchmark
-uses by default; ``--pgqueuer-driver psy`` switches to psycopg.
+uses by default; ``BENCH_PGQUEUER_DRIVER=psy`` switches to psycopg.
 """
 
 from __future__ import annotations
