@@ -7,8 +7,8 @@ A job stays held (and its lease renewed) until its outcome is written.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 
@@ -40,28 +40,33 @@ class Completer:
         self.store = store
         self.worker = worker
         self.on_written = on_written
-        self._send, self._receive = anyio.create_memory_object_stream[Outcome](math.inf)
+        self._pending: list[Outcome] = []
+        self._arrived = asyncio.Event()
+        self._closed = False
         self.done = 0
         self.failed_attempts = 0
 
     def submit(self, outcome: Outcome) -> None:
-        self._send.send_nowait(outcome)
+        self._pending.append(outcome)
+        self._arrived.set()
 
     def close(self) -> None:
         """No more outcomes: `run` writes what it has and returns."""
-        self._send.close()
+        self._closed = True
+        self._arrived.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async with self._receive:
-            async for first in self._receive:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                await self._write(batch)
+        while True:
+            if not self._pending:
+                if self._closed:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            batch = self._pending[:MAX_BATCH]
+            del self._pending[:MAX_BATCH]
+            await self._write(batch)
 
     async def _write(self, batch: list[Outcome]) -> None:
         failures = 0

@@ -72,7 +72,7 @@ class Heartbeat:
                 continue
             if held.executing and not held.lost:
                 held.lost = True
-                held.scope.cancel()
+                held.cancel()
                 logger.warning(
                     "job %d: lease lost during attempt %d (reaped or claimed elsewhere);"
                     " cancelling it here",

@@ -21,7 +21,6 @@ from typing import Any
 
 import anyio
 import psycopg
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq import migrate
@@ -36,7 +35,7 @@ from asyncq.worker.heartbeat import Heartbeat
 from asyncq.worker.listener import Listener
 from asyncq.worker.producer import Producer
 from asyncq.worker.reaper import Reaper
-from asyncq.worker.state import Held, Slots, Wakeup
+from asyncq.worker.state import Held, Runner, Slots, Wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ class Worker:
         self._stopping = False
         self._producer_scope: anyio.CancelScope | None = None
         self._signals = 0
-        self._to_run: MemoryObjectSendStream[Held]
+        self._to_run: asyncio.Queue[Held | None] = asyncio.Queue()
 
     # -- control --------------------------------------------------------------
 
@@ -238,12 +237,10 @@ class Worker:
         return schema
 
     async def _claim_and_run(self, producer: Producer) -> None:
-        # One runner per slot, fed claimed jobs through a stream: cheaper than a task per job.
-        send, receive = anyio.create_memory_object_stream[Held](self.settings.concurrency)
-        self._to_run = send
-        async with anyio.create_task_group() as runners, send, receive:
+        # One runner per slot, fed claimed jobs through a queue: cheaper than a task per job.
+        async with anyio.create_task_group() as runners:
             for _ in range(self.settings.concurrency):
-                runners.start_soon(self._runner, receive.clone())
+                runners.start_soon(self._runner)
             if not self._stopping:
                 with anyio.CancelScope() as self._producer_scope:
                     await producer.run()
@@ -257,7 +254,9 @@ class Worker:
                     extra={"action": "jobs_cancelled"},
                 )
             for held in still:
-                held.scope.cancel()
+                held.cancel()
+            for _ in range(self.settings.concurrency):
+                self._to_run.put_nowait(None)
 
     def _start_job(self, job: Job) -> None:
         earlier = self.held.get(job.id)
@@ -265,7 +264,7 @@ class Worker:
             # Claimed again here (reaped while this worker was frozen, say): the earlier
             # attempt's lease is gone, and its result would be dropped.
             earlier.lost = True
-            earlier.scope.cancel()
+            earlier.cancel()
             logger.warning(
                 "job %d: lease lost during attempt %d (claimed again here as attempt %d);"
                 " cancelling the earlier attempt",
@@ -276,19 +275,30 @@ class Worker:
             )
         held = Held(job)
         self.held[job.id] = held
-        self._to_run.send_nowait(held)  # never blocks: a claim takes no more than free slots
+        self._to_run.put_nowait(held)  # a claim takes no more jobs than there are free runners
 
-    async def _runner(self, receive: MemoryObjectReceiveStream[Held]) -> None:
-        async with receive:
-            async for held in receive:
-                await self._run_one(held)
+    async def _runner(self) -> None:
+        runner = Runner()
+        while True:
+            # A scope lasts until a job in it is cancelled (lease lost, grace over), not a
+            # scope per job: entering one costs more than running a no-op job.
+            with runner.scope:
+                while True:
+                    held = await self._to_run.get()
+                    if held is None:
+                        return
+                    await self._run_one(held, runner)
+            runner.scope = anyio.CancelScope()
 
-    async def _run_one(self, held: Held) -> None:
+    async def _run_one(self, held: Held, runner: Runner) -> None:
         outcome: Outcome | None = None
+        held.runner = runner
+        runner.current = held
         try:
-            with held.scope:
+            if not held.cancelled:
                 outcome = await execute(held.job, self.tasks, self.id)
         finally:
+            runner.current = None
             held.executing = False
             self.slots.give_back()
             if held.lost:
