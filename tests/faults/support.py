@@ -152,6 +152,18 @@ def claims(db: Db) -> dict[int, list[Claim]]:
     return found
 
 
+def transitions(db: Db) -> dict[int, list[tuple[Any, ...]]]:
+    """Every change of status of every job, in order: (time, old, new, attempts, worker)."""
+    rows = db.rows(
+        "SELECT id, extract(epoch FROM at)::float8, old_status, new_status, attempts, locked_by"
+        " FROM faults_history ORDER BY at"
+    )
+    found: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    for job_id, *rest in rows:
+        found[job_id].append(tuple(rest))
+    return found
+
+
 # -- the ledger files ---------------------------------------------------------------------
 
 
@@ -238,6 +250,32 @@ class FaultWorkers:
     def kill_all(self) -> None:
         for worker in self.started:
             worker.kill()
+
+    def explain(
+        self,
+        job_ids: Iterable[int],
+        history: dict[int, list[tuple[Any, ...]]],
+        ledger: dict[int, list[Event]],
+    ) -> str:
+        """What the history, the ledgers, the kills and the logs say of these jobs."""
+        lines = []
+        for job_id in job_ids:
+            lines.append(f"job {job_id}:")
+            lines += [f"  status {change}" for change in history.get(job_id, [])]
+            lines += [f"  ledger {event}" for event in ledger.get(job_id, [])]
+            pids = {e.pid for e in ledger.get(job_id, [])}
+            pids |= {pid_of(c[-1]) for c in history.get(job_id, []) if c[-1]}  # type: ignore[misc]
+            lines += [
+                f"  killed {pid} at {self.killed[pid]:.6f}" for pid in pids & self.killed.keys()
+            ]
+            pattern = re.compile(rf"\bjob {job_id}\b")
+            for worker in self.started:
+                lines += [
+                    f"  log {worker.pid}: {line}"
+                    for line in worker.stderr().splitlines()
+                    if pattern.search(line)
+                ]
+        return "\n".join(lines)
 
     def tracebacks(self) -> list[str]:
         """Worker logs that hold a traceback: an error asyncq did not handle."""
