@@ -11,6 +11,7 @@ again only if the server was away for longer than its lease.
 from __future__ import annotations
 
 import random
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from tests.faults.support import (
     not_done,
     record_figures,
     summary,
+    transitions,
 )
 
 WORKERS = 2
@@ -66,11 +68,13 @@ def outage(pg: ControlledPostgres) -> None:
 
 
 FAULTS = {
-    # A lease longer than the server is away: no lease may lapse, no job may run twice.
-    "restart_fast": Fault("restart_fast", 10.0, 1.0, restart),
-    "crash_immediate": Fault("crash_immediate", 10.0, 1.0, crash),
-    # A lease shorter than the outage: the jobs running when the server went away lose
-    # their lease while it is away; their outcomes must then be refused, and they run again.
+    # A lease longer than the server is away: no lease may lapse, no job may run twice,
+    # though the jobs that outlast the fault outlast their lease too (heartbeats renew it).
+    "restart_fast": Fault("restart_fast", 4.0, 1.0, restart),
+    "crash_immediate": Fault("crash_immediate", 4.0, 1.0, crash),
+    # A lease shorter than the outage: the jobs running when the server went away may
+    # lose their lease (a reaper may take them back before their worker renews it or
+    # writes their outcome); they then run again, and the earlier outcome is refused.
     "outage_15s": Fault("outage_15s", 5.0, OUTAGE, outage),
 }
 LONG_MS = [500, 1000, 2000, 3000, 4000]
@@ -111,7 +115,7 @@ def test_workers_survive_the_server_going_away(
             ) as deferrer:
                 wait_until(lambda: count_done(db) >= 100, 30, "100 jobs done before the fault")
                 # Jobs in flight when the server goes away: some end while it is away, two
-                # outlast it (and, in the outage, their lease).
+                # outlast it (and, in the outage, their lease). Each must be done once.
                 outlast = round((spec.away + 5) * 1000)
                 long_ms = [*LONG_MS, outlast, outlast]
                 long_ids = insert_jobs(db.conn, WORK, [{"ms": ms} for ms in long_ms])
@@ -147,6 +151,7 @@ def test_workers_survive_the_server_going_away(
             exits = workers.stop_all()
             rows = jobs(db)
             history = claims(db)
+            changes = transitions(db)
             touched = done_touched(db)
         ledger = workers.ledgers.by_job()
     finally:
@@ -167,22 +172,24 @@ def test_workers_survive_the_server_going_away(
     sampler.check()
 
     problems: list[str] = []
+    troubled: list[int] = []
     again: list[int] = []
     for job_id, row in rows.items():
         events = ledger.get(job_id, [])
-        problems += check_job(job_id, row, history[job_id], events, ready_at)
+        found = check_job(job_id, row, history[job_id], events, ready_at)
+        if found:
+            problems += found
+            troubled.append(job_id)
         if len([e for e in events if e.event == "start"]) > 1:
             again.append(job_id)
-    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:30])
+    assert not problems, (
+        f"{len(problems)} problems:\n"
+        + "\n".join(problems[:30])
+        + "\n"
+        + workers.explain(troubled[:5], changes, ledger)
+    )
     if spec.lease > ready_at - fault_at:
         assert not again, f"jobs ran twice though no lease could lapse: {again[:10]}"
-    else:
-        # The jobs that outlasted the outage lost their lease while the server was away:
-        # they ran again elsewhere, and the first run was cancelled, never finished.
-        for job_id in long_ids[-2:]:
-            first = [e for e in ledger[job_id] if e.attempt == 1]
-            assert [e.event for e in first] == ["start", "cancel"], ledger[job_id]
-            assert rows[job_id]["attempts"] == 2, rows[job_id]
 
     reconnect = [at - ready_at for at in first_done.values()]
     figures: dict[str, Any] = {
@@ -268,19 +275,17 @@ def test_a_worker_resumes_promptly_after_a_long_outage(
             db.close()  # broken by the outage
             [job_id] = insert_jobs(db.conn, WORK, [{"ms": 3 * SHORT_LEASE * 1000}])
 
-            def lease() -> tuple[Any, ...] | None:
-                rows = db.rows(
-                    "SELECT extract(epoch FROM locked_at)::float8, attempts, status::text"
-                    " FROM asyncq_jobs WHERE id = %s AND locked_at IS NOT NULL",
+            def lease() -> tuple[Any, ...]:
+                """(locked_at, attempts, status) of the job; locked_at 0 until claimed."""
+                return db.rows(
+                    "SELECT coalesce(extract(epoch FROM locked_at)::float8, 0), attempts,"
+                    " status::text FROM asyncq_jobs WHERE id = %s",
                     job_id,
-                )
-                return rows[0] if rows else None
+                )[0]
 
-            first = wait_until(lease, 60, "the job to be claimed")
+            first = wait_until(lambda: (now := lease())[0] and now, 60, "the job to be claimed")
             renewed = wait_until(
-                lambda: (now := lease()) and now[0] > first[0] and now,
-                30,
-                "the lease to be renewed",
+                lambda: (now := lease())[0] > first[0] and now, 30, "the lease to be renewed"
             )
             wait_until(lambda: not_done(db, [job_id]) == 0, 60, "the job to be done")
             exits = workers.stop_all()
@@ -309,3 +314,75 @@ def test_a_worker_resumes_promptly_after_a_long_outage(
     assert renewed[0] - first[0] < SHORT_LEASE, figures
     assert [c.attempt for c in history[job_id]] == [1], history[job_id]
     assert [e.event for e in ledger[job_id]] == ["start", "end"], ledger[job_id]
+
+
+FROZEN_OUTAGE = 8.0
+FROZEN_LEASE = 3.0
+
+
+@pytest.mark.timeout(120)
+def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
+    server: ControlledPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker is frozen (SIGSTOP: a paused VM) while the server goes away and comes
+    back; the other worker's reaper takes its jobs back and runs them. Thawed, the
+    frozen worker finishes the first attempts and retries their outcomes over new
+    connections: every one must be refused, and no done row touched."""
+    dsn = create_database(server, "frozen_outage", history=True)
+    workers = FaultWorkers(dsn, tmp_path)
+    options = ("--concurrency", "5")
+    try:
+        with Sampler(server.dsn(), "frozen_outage") as sampler, Db(dsn) as db:
+            frozen, other = (workers.start(*options, lease=FROZEN_LEASE) for _ in range(2))
+            ids = insert_jobs(db.conn, WORK, [{"ms": 1500} for _ in range(10)])
+            wait_until(lambda: started(workers, ids), 10, "the jobs to start")
+            frozen.send(signal.SIGSTOP)
+            server.stop("fast")
+            time.sleep(FROZEN_OUTAGE)
+            server.start()
+            ready_at = time.time()
+            db.close()  # broken by the outage
+            wait_until(lambda: not_done(db, ids) == 0, 60, "the other worker to do every job")
+            history = claims(db)
+            taken_back = [i for i in ids if history[i][0].pid == frozen.pid]
+            frozen.send(signal.SIGCONT)
+
+            def refused() -> int:
+                return frozen.stderr().count("lease lost before its success was written")
+
+            wait_until(
+                lambda: refused() + len(done_touched(db)) >= len(taken_back),
+                30,
+                "the frozen worker to write its stale outcomes",
+            )
+            exits = workers.stop_all()
+            rows = jobs(db)
+            history = claims(db)
+            changes = transitions(db)
+            touched = done_touched(db)
+        ledger = workers.ledgers.by_job()
+    finally:
+        workers.kill_all()
+
+    figures = {
+        "outage_s": FROZEN_OUTAGE,
+        "lease_s": FROZEN_LEASE,
+        "jobs_of_the_frozen_worker": len(taken_back),
+        "stale_outcomes_refused": refused(),
+    }
+    with capsys.disabled():
+        print(record_figures("server_outage_frozen_worker", figures))
+    assert taken_back, "the frozen worker held no job"
+    assert not touched, f"done rows updated: {touched[:5]}"
+    assert refused() == len(taken_back)
+    assert exits == {frozen.pid: 0, other.pid: 0}, exits
+    assert not workers.tracebacks(), "\n".join(workers.tracebacks())
+    sampler.check()
+    problems = [p for i in ids for p in check_job(i, rows[i], history[i], ledger[i], ready_at)]
+    assert not problems, "\n".join(problems) + "\n" + workers.explain(ids, changes, ledger)
+    for job_id in taken_back:
+        # The first attempt ran to its end on the frozen worker; the second, elsewhere,
+        # is the one done.
+        events = [(e.event, e.attempt, e.pid) for e in ledger[job_id]]
+        assert ("end", 1, frozen.pid) in events, events
+        assert rows[job_id]["attempts"] == 2 and rows[job_id]["pid"] == other.pid
