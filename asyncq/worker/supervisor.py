@@ -300,7 +300,8 @@ class Worker:
         finally:
             runner.current = None
             held.executing = False
-            self.slots.give_back()
+            to_write = outcome is not None and not held.lost
+            self.slots.give_back(to_write=to_write)
             if held.lost:
                 self._forget(held.job)
             elif outcome is not None:
@@ -309,6 +310,7 @@ class Worker:
                 self._unfinished.append(held.job)
 
     def _written(self, job: Job) -> None:
+        self.slots.written()
         self._forget(job)
 
     def _forget(self, job: Job) -> None:
