@@ -22,6 +22,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_NAME_LENGTH = 200
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def validate_name(kind: str, value: object) -> str:
@@ -72,8 +73,29 @@ class _ArgsCodec:
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.VAR_POSITIONAL,
         }
+        # Parameters that are all plain names (no /, *args or **kwargs) bind by a set check.
+        self.plain = kinds <= {
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        }
+        self.positional = [
+            p.name
+            for p in self.params.values()
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self.names = frozenset(self.params)
+        self.required = frozenset(
+            p.name for p in self.params.values() if p.default is inspect.Parameter.empty
+        )
 
     def bind(self, task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.plain and len(args) <= len(self.positional):
+            fast = dict(zip(self.positional, args, strict=False)) if args else {}
+            if not (args and fast.keys() & kwargs.keys()):
+                fast.update(kwargs)
+                keys = fast.keys()
+                if self.required <= keys <= self.names:
+                    return fast
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -220,18 +242,19 @@ class Task(Generic[P, R]):
         """The job's ``args`` column: arguments bound to parameter names, as JSON."""
         stored = self._codec.bind(self.name, args, kwargs)
         try:
-            text = json.dumps(stored, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = _JSON.encode(stored)
         except (TypeError, ValueError) as exc:
             raise ArgumentsError(
                 f"arguments of {self.name} must be JSON-serialisable: {exc}"
             ) from None
         if "\\u0000" in text:
             raise ArgumentsError(f"arguments of {self.name} contain a NUL character")
-        size = len(text.encode("utf-8"))
-        if size > self.app.max_args_bytes:
+        cap = self.app.max_args_bytes
+        size = len(text) if len(text) * 4 <= cap else len(text.encode("utf-8"))
+        if size > cap:
             raise PayloadTooLarge(
                 f"arguments of {self.name} are {size} bytes as JSON;"
-                f" the cap is {self.app.max_args_bytes} (App(max_args_bytes=...))"
+                f" the cap is {cap} (App(max_args_bytes=...))"
             )
         return text
 
