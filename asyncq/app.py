@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq import embedded, migrate
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
+from asyncq.inserter import Inserter
 from asyncq.job import RequeueResult, refusal
 from asyncq.pools import reconnect_options
 from asyncq.retry import Backoff
@@ -93,6 +94,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._dsn: str | None = None
         self._pool: AsyncConnectionPool | None = None
+        self._inserter: Inserter | None = None
 
     # -- tasks ------------------------------------------------------------------
 
@@ -158,6 +160,13 @@ class App:
             raise AppNotOpen()
         return self._pool
 
+    @property
+    def inserter(self) -> Inserter:
+        """Writes the jobs deferred on the pool, gathering concurrent ones."""
+        if self._inserter is None:
+            raise AppNotOpen()
+        return self._inserter
+
     def connect_kwargs(self) -> dict[str, Any]:
         return {
             "autocommit": True,
@@ -211,9 +220,11 @@ class App:
                 f" within {self.connect_timeout:.0f}s"
             ) from None
         self._dsn, self._pool = dsn, pool
+        self._inserter = Inserter(pool=pool, store=self.store)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        self._inserter = None
         if pool is not None:
             await pool.close()
 

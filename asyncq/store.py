@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -19,6 +20,20 @@ from psycopg import AsyncConnection, errors, sql
 from asyncq.job import Job
 
 Conn = AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job row to write (its arguments already encoded as JSON)."""
+
+    task_name: str
+    queue: str
+    args: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+
 
 REQUEUE_TRIES = 5
 
@@ -109,6 +124,22 @@ class Store:
                 "run_at": run_at,
                 "delay": delay,
                 "max_attempts": max_attempts,
+            },
+        )
+        return [int(row[0]) for row in await cur.fetchall()]
+
+    async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
+        """Write jobs of any tasks and options in one statement; ids in the order given."""
+        cur = await conn.execute(
+            self.q["insert_rows"],
+            {
+                "task_names": [r.task_name for r in rows],
+                "queues": [r.queue for r in rows],
+                "args": [r.args for r in rows],
+                "priorities": [r.priority for r in rows],
+                "run_ats": [r.run_at for r in rows],
+                "delays": [r.delay for r in rows],
+                "max_attempts": [r.max_attempts for r in rows],
             },
         )
         return [int(row[0]) for row in await cur.fetchall()]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from asyncq.errors import ArgumentsError, InvalidName, PayloadTooLarge, TaskArgumentsMismatch
 from asyncq.retry import Backoff
+from asyncq.store import NewJob
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -273,6 +274,18 @@ class Deferrer(Generic[P]):
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
         encoded = self.task.encode(args, kwargs)
+        if self.opts.conn is None and self.opts.unique_key is None:
+            return await self.task.app.inserter.insert(
+                NewJob(
+                    task_name=self.task.name,
+                    queue=self.opts.queue,
+                    args=encoded,
+                    priority=self.opts.priority,
+                    run_at=self.opts.run_at,
+                    delay=self.opts.delay,
+                    max_attempts=self.opts.max_attempts,
+                )
+            )
         async with self.task.app.connection(self.opts.conn) as conn:
             return await self.task.app.store.insert_job(
                 conn,

@@ -22,6 +22,17 @@ SELECT %(task_name)s, %(queue)s, a::jsonb, %(priority)s,
   FROM unnest(%(args)s::text[]) AS a
 RETURNING id
 
+-- name: insert_rows
+-- Jobs deferred at the same moment by different callers, written by one statement.
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
+SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
+       coalesce(r.run_at, now() + make_interval(secs => r.delay)), r.max_attempts
+  FROM unnest(%(task_names)s::text[], %(queues)s::text[], %(args)s::text[],
+              %(priorities)s::int[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
+              %(max_attempts)s::int[])
+       AS r(task_name, queue, args, priority, run_at, delay, max_attempts)
+RETURNING id
+
 -- name: claim_any
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
