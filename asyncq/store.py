@@ -92,6 +92,10 @@ class Store:
             "max_attempts": max_attempts,
             "unique_key": unique_key,
         }
+        if unique_key is None:
+            row = await (await conn.execute(self.q["insert_plain_job"], params)).fetchone()
+            assert row is not None
+            return int(row[0])
         while True:
             row = await (await conn.execute(self.q["insert_job"], params)).fetchone()
             if row is not None:

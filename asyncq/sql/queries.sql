@@ -11,6 +11,12 @@ VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
+-- name: insert_plain_job
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
+VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s)
+RETURNING id
+
 -- name: live_job_with_key
 SELECT id FROM asyncq_jobs
  WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
