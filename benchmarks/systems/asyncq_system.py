@@ -77,9 +77,10 @@ class AsyncqSystem(System):
 
     @staticmethod
     def sweep(quick: bool) -> list[Point]:
+        # Concurrency above the batch size lets the next claim go out while a batch runs.
         if quick:
-            return [Point(10, 10), Point(100, 100)]
-        return [Point(c, b) for c in (10, 50, 100) for b in (10, 50, 100) if b <= c]
+            return [Point(10, 10), Point(100, 100), Point(200, 100)]
+        return [Point(c, b) for c in (10, 50, 100, 200) for b in (10, 50, 100) if b <= c]
 
     @staticmethod
     def latency_point() -> Point:
