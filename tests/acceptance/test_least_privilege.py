@@ -176,17 +176,23 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     with psycopg.connect(producer) as conn:  # what it may read
         assert conn.execute(f"SELECT count(id) FROM {jobs} WHERE status = 'queued'").fetchone()
 
-    # Each of the producer's three readable columns is needed by defer: take one away, and
-    # defer fails.
+    # Each of the producer's three readable columns is needed: every defer returns the id,
+    # and a defer with a unique key also reads unique_key and status (ON CONFLICT and the
+    # live job's id). Take one away, and those defers fail.
     for column in ("id", "unique_key", "status"):
         revoke = f"REVOKE SELECT ({column}) ON {jobs} FROM asyncq_producer"
         cluster.run_as(cluster.owner, revoke)
 
-        async def defer_without() -> None:
+        async def defer_without(column: str = column) -> None:
             app, tasks = producer_app(producer)
             async with app:
                 with pytest.raises(errors.InsufficientPrivilege):
-                    await tasks["ok"].defer()
+                    await tasks["ok"].options(unique_key=f"needs-{column}").defer()
+                if column == "id":
+                    with pytest.raises(errors.InsufficientPrivilege):
+                        await tasks["ok"].defer()
+                else:
+                    assert await tasks["ok"].defer() > 0
 
         try:
             anyio.run(defer_without)
