@@ -55,20 +55,7 @@ class Inserter:
         try:
             async with self.pool.connection() as conn:
                 if len(jobs) == 1:
-                    j = jobs[0]
-                    return [
-                        await self.store.insert_job(
-                            conn,
-                            task_name=j.task_name,
-                            queue=j.queue,
-                            args=j.args,
-                            priority=j.priority,
-                            run_at=j.run_at,
-                            delay=j.delay,
-                            max_attempts=j.max_attempts,
-                            unique_key=None,
-                        )
-                    ]
+                    return [await self.store.insert_job(conn, jobs[0])]
                 return await self.store.insert_rows(conn, rows=jobs)
         finally:
             self._in_flight -= 1

@@ -69,27 +69,16 @@ class Store:
             else {name: _qualified(query, schema) for name, query in QUERIES.items()}
         )
 
-    async def insert_job(
-        self,
-        conn: Conn,
-        *,
-        task_name: str,
-        queue: str,
-        args: str,
-        priority: int,
-        run_at: datetime | None,
-        delay: float,
-        max_attempts: int,
-        unique_key: str | None,
-    ) -> int:
+    async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
+        """Write one job; with a unique key held by a live job, return that job's id instead."""
         params = {
-            "task_name": task_name,
-            "queue": queue,
-            "args": args,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "max_attempts": max_attempts,
+            "task_name": job.task_name,
+            "queue": job.queue,
+            "args": job.args,
+            "priority": job.priority,
+            "run_at": job.run_at,
+            "delay": job.delay,
+            "max_attempts": job.max_attempts,
             "unique_key": unique_key,
         }
         if unique_key is None:

@@ -273,31 +273,19 @@ class Deferrer(Generic[P]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
-        encoded = self.task.encode(args, kwargs)
+        job = NewJob(
+            task_name=self.task.name,
+            queue=self.opts.queue,
+            args=self.task.encode(args, kwargs),
+            priority=self.opts.priority,
+            run_at=self.opts.run_at,
+            delay=self.opts.delay,
+            max_attempts=self.opts.max_attempts,
+        )
         if self.opts.conn is None and self.opts.unique_key is None:
-            return await self.task.app.inserter.insert(
-                NewJob(
-                    task_name=self.task.name,
-                    queue=self.opts.queue,
-                    args=encoded,
-                    priority=self.opts.priority,
-                    run_at=self.opts.run_at,
-                    delay=self.opts.delay,
-                    max_attempts=self.opts.max_attempts,
-                )
-            )
+            return await self.task.app.inserter.insert(job)
         async with self.task.app.connection(self.opts.conn) as conn:
-            return await self.task.app.store.insert_job(
-                conn,
-                task_name=self.task.name,
-                queue=self.opts.queue,
-                args=encoded,
-                priority=self.opts.priority,
-                run_at=self.opts.run_at,
-                delay=self.opts.delay,
-                max_attempts=self.opts.max_attempts,
-                unique_key=self.opts.unique_key,
-            )
+            return await self.task.app.store.insert_job(conn, job, unique_key=self.opts.unique_key)
 
     async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
