@@ -59,6 +59,7 @@ class Producer:
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
         failures = 0
+        idle_seen = False
         while True:
             await self.slots.wait_free(self.refill_at)
             want = min(self.slots.free, self.batch_size)
@@ -83,7 +84,13 @@ class Producer:
             if len(jobs) < want:
                 if self.drain:
                     if not jobs and self.is_idle():
-                        return
+                        if idle_seen:
+                            return
+                        # An outcome written while that claim ran may have made a job ready
+                        # (a retry): claim once more, now that every write has ended.
+                        idle_seen = True
+                        continue
+                    idle_seen = False
                     await self.wakeup.wait(min(self.poll_interval, 0.05))
                 else:
                     await self.wakeup.wait(self.poll_interval)
