@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +50,6 @@ IN_FLIGHT = 5.0  # how long after a kill its last statement may still commit
 def job_ms(rng: random.Random) -> int:
     """Half the jobs return at once, half sleep 50-500 ms."""
     return 0 if rng.random() < 0.5 else rng.randint(50, 500)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ControlledPostgres]:
-    pg = ControlledPostgres()
-    try:
-        pg.init()
-        pg.start()
-        yield pg
-    finally:
-        pg.destroy()
 
 
 @pytest.mark.timeout(240)

@@ -5,7 +5,6 @@ connection idle in a transaction, too many connections, and a second LISTEN."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import psycopg
@@ -24,17 +23,6 @@ from tests.faults.support import (
 )
 
 FAKE_WORKER = 999_999  # a pid no worker of these tests has
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ControlledPostgres]:
-    pg = ControlledPostgres()
-    try:
-        pg.init()
-        pg.start()
-        yield pg
-    finally:
-        pg.destroy()
 
 
 def test_the_audit_trigger_records_any_update_of_a_done_row(server: ControlledPostgres) -> None:

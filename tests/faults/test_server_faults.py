@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,17 +82,6 @@ LONG_MS = [500, 1000, 2000, 3000, 4000]
 
 def job_ms(rng: random.Random) -> int:
     return rng.choice((0, 0, 20, 50, 100, 200))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ControlledPostgres]:
-    pg = ControlledPostgres()
-    try:
-        pg.init()
-        pg.start()
-        yield pg
-    finally:
-        pg.destroy()
 
 
 @pytest.mark.timeout(180)

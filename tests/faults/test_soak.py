@@ -51,17 +51,6 @@ KILL_LISTENER = (
 )
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ControlledPostgres]:
-    pg = ControlledPostgres()
-    try:
-        pg.init()
-        pg.start()
-        yield pg
-    finally:
-        pg.destroy()
-
-
 @pytest.mark.timeout(240)
 def test_soak_memory_fds_and_connections_stay_flat(
     server: ControlledPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
