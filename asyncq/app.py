@@ -224,7 +224,9 @@ class App:
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        self._inserter = None
+        inserter, self._inserter = self._inserter, None
+        if inserter is not None:
+            await inserter.close()
         if pool is not None:
             await pool.close()
 

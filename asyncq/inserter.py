@@ -4,6 +4,7 @@ A defer that finds no write in flight writes its job at once, so a lone defer wa
 for nothing. Defers that arrive while a write is in flight gather; the first of them
 waits for that write to end and then writes all of them with one INSERT: one round
 trip and one commit for many jobs when a busy web app defers from many coroutines.
+The writes go over a connection kept out of the pool between them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import asyncio
 import anyio
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq.pools import KeptConnection
 from asyncq.store import NewJob, Store
 
 
 class Inserter:
     def __init__(self, *, pool: AsyncConnectionPool, store: Store) -> None:
-        self.pool = pool
+        self.kept = KeptConnection(pool)
         self.store = store
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -53,7 +55,7 @@ class Inserter:
         self._in_flight += 1
         self._idle.clear()
         try:
-            async with self.pool.connection() as conn:
+            async with self.kept.connection() as conn:
                 if len(jobs) == 1:
                     return [await self.store.insert_job(conn, jobs[0])]
                 return await self.store.insert_rows(conn, rows=jobs)
@@ -61,3 +63,7 @@ class Inserter:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+
+    async def close(self) -> None:
+        """Hand the kept connection back to the pool (before the pool closes)."""
+        await self.kept.release()

@@ -18,6 +18,7 @@ from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq.job import Job
+from asyncq.pools import KeptConnection
 from asyncq.store import Conn, Store
 from asyncq.worker.executor import Outcome
 from asyncq.worker.state import backoff_delay
@@ -36,7 +37,7 @@ class Completer:
         worker: str,
         on_written: Callable[[Job], None],
     ) -> None:
-        self.pool = pool
+        self.kept = KeptConnection(pool)
         self.store = store
         self.worker = worker
         self.on_written = on_written
@@ -57,6 +58,12 @@ class Completer:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        try:
+            await self._run()
+        finally:
+            await self.kept.release()
+
+    async def _run(self) -> None:
         while True:
             if not self._pending:
                 if self._closed:
@@ -89,7 +96,7 @@ class Completer:
     async def _write_once(self, batch: list[Outcome]) -> None:
         succeeded = [o.job for o in batch if o.succeeded]
         failed = [o for o in batch if not o.succeeded]
-        async with self.pool.connection() as conn, _together(conn, succeeded and failed):
+        async with self.kept.connection() as conn, _together(conn, succeeded and failed):
             if succeeded:
                 owned = await self.store.mark_done(
                     conn,

@@ -7,6 +7,7 @@ silent), reconnects with backoff and jitter, and wakes the producer after every
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection
 from typing import Any
@@ -83,5 +84,6 @@ class Listener:
             async for notify in conn.notifies(timeout=self.health_interval):
                 if self.queues is None or notify.payload in self.queues:
                     self.wakeup.set()
+                    await asyncio.sleep(0)  # let the producer claim before we wait again
             with anyio.fail_after(self.health_timeout):
                 await conn.execute("SELECT 1")

@@ -6,6 +6,7 @@ likely waiting, so it claims again as soon as enough slots are free.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -15,6 +16,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq.job import Job
+from asyncq.pools import KeptConnection
 from asyncq.store import Store
 from asyncq.worker.state import Slots, Wakeup, backoff_delay
 
@@ -40,7 +42,7 @@ class Producer:
         is_idle: Callable[[], bool],
         drain: bool,
     ) -> None:
-        self.pool = pool
+        self.kept = KeptConnection(pool)
         self.store = store
         self.worker = worker
         self.queues = list(queues) if queues else None
@@ -58,6 +60,12 @@ class Producer:
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
+        try:
+            await self._run()
+        finally:
+            await self.kept.release()
+
+    async def _run(self) -> None:
         failures = 0
         idle_seen = False
         while True:
@@ -81,6 +89,7 @@ class Producer:
             self.claimed += len(jobs)
             for job in jobs:
                 self.start_job(job)
+            await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again
             if len(jobs) < want:
                 if self.drain:
                     if not jobs and self.is_idle():
@@ -100,7 +109,7 @@ class Producer:
         # nobody to run them until their lease expired. Stopping waits for it instead.
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + CLAIM_DEADLINE
-            async with self.pool.connection() as conn:
+            async with self.kept.connection() as conn:
                 return await self.store.claim(
                     conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
@@ -123,3 +124,52 @@ async def test_a_cancelled_defer_does_not_disturb_the_others_gathered_with_it(
     assert {results[i] for i in range(30)} <= {
         r[0] for r in db.execute("SELECT id FROM asyncq_jobs")
     }
+
+
+def backends(db: Any, app_name: str) -> set[int]:
+    rows = db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app_name,)
+    ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+async def test_lone_defers_reuse_one_connection_and_close_gives_it_back(dsn: str, db: Any) -> None:
+    app = asyncq.App(dsn, application_name="kept-test")
+
+    @app.task(name="k")
+    async def k(i: int) -> None:
+        pass
+
+    async with app:
+        for i in range(20):
+            await k.defer(i)
+        writers = db.execute("SELECT count(DISTINCT xmin::text) FROM asyncq_jobs").fetchone()
+        assert writers == (20,)
+        stats = app.pool.get_stats()
+        # One checkout for all twenty: the connection is kept between them...
+        assert stats.get("requests_num", 0) <= 2, stats
+        # ... and given back once it has been idle a moment, for others to use.
+        await anyio.sleep(0.5)
+        stats = app.pool.get_stats()
+        assert stats["pool_available"] == stats["pool_size"], stats
+    assert backends(db, f"kept-test:{os.getpid()}") == set()
+
+
+async def test_a_kept_connection_that_died_is_replaced_and_loses_no_later_defer(
+    dsn: str, db: Any
+) -> None:
+    app = asyncq.App(dsn, application_name="kept-dies")
+
+    @app.task(name="d")
+    async def d(i: int) -> None:
+        pass
+
+    async with app:
+        await d.defer(1)
+        for pid in backends(db, f"kept-dies:{os.getpid()}"):
+            db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            await d.defer(2)  # the kept connection was killed under it: a clear error
+        assert await d.defer(3)  # and the next defer takes a fresh one
+        stored = {r[0] for r in db.execute("SELECT (args->>'i')::int FROM asyncq_jobs")}
+        assert stored == {1, 3}
