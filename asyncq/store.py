@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection, errors, sql
 
@@ -22,8 +21,7 @@ from asyncq.job import Job
 Conn = AsyncConnection[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+class NewJob(NamedTuple):
     """A job row to write (its arguments already encoded as JSON)."""
 
     task_name: str
@@ -101,7 +99,7 @@ class Store:
         *,
         task_name: str,
         queue: str,
-        args: Sequence[str],
+        args: str,
         priority: int,
         run_at: datetime | None,
         delay: float,
@@ -112,7 +110,7 @@ class Store:
             {
                 "task_name": task_name,
                 "queue": queue,
-                "args": list(args),
+                "args": args,
                 "priority": priority,
                 "run_at": run_at,
                 "delay": delay,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -23,7 +23,27 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_NAME_LENGTH = 200
-_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _unserialisable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """Compact UTF-8 JSON without NaN. json's own API builds its C encoder anew on each
+    call, which is most of the cost for a job's few arguments: this one is built once.
+    Without the circular-reference check, a cycle ends in RecursionError instead."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return encoder.encode
+    encode = make(
+        None, _unserialisable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    return lambda value: "".join(encode(value, 0))
+
+
+_to_json = _json_encoder()
 
 
 def validate_name(kind: str, value: object) -> str:
@@ -111,6 +131,14 @@ class _ArgsCodec:
             else:
                 stored[name] = value
         return stored
+
+    def bind_keywords(self, task_name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """`bind` for a call by keyword; the dict given may be returned as it is."""
+        if self.plain and type(kwargs) is dict and self.required <= kwargs.keys() <= self.names:
+            return kwargs
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"{task_name}: expected a mapping of keyword arguments, not {kwargs!r}")
+        return self.bind(task_name, (), dict(kwargs))
 
     def call(
         self, fn: Callable[..., Coroutine[Any, Any, Any]], stored: Any
@@ -243,10 +271,14 @@ class Task(Generic[P, R]):
         """The job's ``args`` column: arguments bound to parameter names, as JSON."""
         stored = self._codec.bind(self.name, args, kwargs)
         try:
-            text = _JSON.encode(stored)
+            text = _to_json(stored)
         except (TypeError, ValueError) as exc:
             raise ArgumentsError(
                 f"arguments of {self.name} must be JSON-serialisable: {exc}"
+            ) from None
+        except RecursionError:
+            raise ArgumentsError(
+                f"arguments of {self.name} are nested too deeply, or refer to themselves"
             ) from None
         if "\\u0000" in text:
             raise ArgumentsError(f"arguments of {self.name} contain a NUL character")
@@ -257,6 +289,22 @@ class Task(Generic[P, R]):
                 f"arguments of {self.name} are {size} bytes as JSON;"
                 f" the cap is {cap} (App(max_args_bytes=...))"
             )
+        return text
+
+    def encode_many(self, kwargs_list: Sequence[Mapping[str, Any]]) -> str:
+        """The ``args`` of one job per dict of keyword arguments, as one JSON array."""
+        stored = [self._codec.bind_keywords(self.name, kwargs) for kwargs in kwargs_list]
+        try:
+            text = _to_json(stored)
+        except (TypeError, ValueError, RecursionError):
+            text = ""  # the job at fault is found below
+        # Within the cap as a whole, each job is; over it, or with a NUL somewhere, find
+        # the job at fault (and its own error) by encoding each alone.
+        if not text or len(text) * 4 > self.app.max_args_bytes or "\\u0000" in text:
+            for args in stored:
+                self.encode((), args)
+            if not text:
+                raise ArgumentsError(f"arguments of {self.name} are nested too deeply")
         return text
 
     def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]:
@@ -282,18 +330,23 @@ class Deferrer(Generic[P]):
             delay=self.opts.delay,
             max_attempts=self.opts.max_attempts,
         )
-        if self.opts.conn is None and self.opts.unique_key is None:
+        if self.opts.conn is not None:
+            return await self.task.app.store.insert_job(
+                self.opts.conn, job, unique_key=self.opts.unique_key
+            )
+        if self.opts.unique_key is None:
             return await self.task.app.inserter.insert(job)
-        async with self.task.app.connection(self.opts.conn) as conn:
+        async with self.task.app.connection() as conn:
             return await self.task.app.store.insert_job(conn, job, unique_key=self.opts.unique_key)
 
     async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
         if self.opts.unique_key is not None:
             raise ValueError("defer_many cannot take a unique_key")
-        encoded = [self.task.encode((), dict(kwargs)) for kwargs in kwargs_list]
-        if not encoded:
+        calls = list(kwargs_list)
+        if not calls:
             return []
+        encoded = self.task.encode_many(calls)
         async with self.task.app.connection(self.opts.conn) as conn:
             return await self.task.app.store.insert_jobs(
                 conn,

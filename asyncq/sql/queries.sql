@@ -22,10 +22,11 @@ SELECT id FROM asyncq_jobs
  WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
 
 -- name: insert_jobs
+-- The jobs' arguments come as one JSON array: one value to send and to parse.
 INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
-SELECT %(task_name)s, %(queue)s, a::jsonb, %(priority)s,
+SELECT %(task_name)s, %(queue)s, a, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s
-  FROM unnest(%(args)s::text[]) AS a
+  FROM jsonb_array_elements(%(args)s::jsonb) AS a
 RETURNING id
 
 -- name: insert_rows

@@ -31,7 +31,7 @@ CLAIM = QUERIES["claim_any"]
 INSERT = "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, %s::jsonb) RETURNING id"
 INSERT_MANY = (
     "INSERT INTO asyncq_jobs (task_name, args)"
-    " SELECT %s, a::jsonb FROM unnest(%s::text[]) AS a RETURNING id"
+    " SELECT %s, a FROM jsonb_array_elements(%s::jsonb) AS a RETURNING id"
 )
 DONE_MANY = (
     "UPDATE asyncq_jobs SET status = 'done', finished_at = now(), expires_at = NULL"
@@ -73,7 +73,7 @@ class SqlSystem(System):
         await self.conn.execute("TRUNCATE asyncq_jobs RESTART IDENTITY")
 
     async def enqueue_bulk(self, count: int) -> None:
-        cur = await self.conn.execute(INSERT_MANY, (NOOP, ["{}"] * count))
+        cur = await self.conn.execute(INSERT_MANY, (NOOP, json.dumps([{}] * count)))
         await cur.fetchall()
 
     async def enqueue_one(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -130,6 +131,39 @@ async def test_payload_cap_counts_utf8_bytes(app: asyncq.App) -> None:
         blob.encode(("é" * 100,), {})  # 100 characters, 200 bytes of text
     with pytest.raises(asyncq.PayloadTooLarge):
         await blob.defer("x" * 500)
+
+
+async def test_arguments_that_refer_to_themselves_are_refused(app: asyncq.App) -> None:
+    @app.task
+    async def keep(value: Any) -> None:
+        pass
+
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(asyncq.ArgumentsError, match="refer to themselves"):
+        await keep.defer(loop)
+    with pytest.raises(asyncq.ArgumentsError):
+        await keep.defer_many([{"value": 1}, {"value": loop}])
+
+
+def test_many_jobs_encode_as_one_array_each_job_checked_alone(app: asyncq.App) -> None:
+    @app.task
+    async def blob(data: str) -> None:
+        pass
+
+    # Together far over the cap of 200 bytes, each job well under it.
+    calls = [{"data": "x" * 100} for _ in range(50)]
+    assert json.loads(blob.encode_many(calls)) == calls
+    # Any mapping will do, and a job's own error names what is wrong with it.
+    assert json.loads(blob.encode_many([MappingProxyType({"data": "é"})])) == [{"data": "é"}]
+    with pytest.raises(asyncq.PayloadTooLarge):
+        blob.encode_many([*calls, {"data": "y" * 200}])
+    with pytest.raises(asyncq.ArgumentsError, match="NUL"):
+        blob.encode_many([*calls, {"data": "a\x00b"}])
+    with pytest.raises(TypeError, match="mapping"):
+        blob.encode_many([{"data": "ok"}, ["data", "no"]])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="blob"):
+        blob.encode_many([{"data": "ok"}, {"date": "typo"}])
 
 
 def test_encoding_binds_positional_arguments_to_names(app: asyncq.App) -> None:
