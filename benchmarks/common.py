@@ -23,6 +23,10 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 DB_PREFIX = "asyncq_bench_"
 
+# asyncq's reference for its one-by-one defers: a plain INSERT timed in turns with them,
+# on a connection of its own (a connection used more often answers faster).
+PLAIN_INSERT_LABEL = "plain INSERT (in turns with defer)"
+
 
 # -- running coroutines -----------------------------------------------------------------
 

@@ -139,13 +139,28 @@ async def latency(system: System, point: Point, count: int, log_dir: Path) -> di
     }
 
 
-async def _timed_sequence(call: Any, count: int) -> float:
-    for _ in range(20):  # warm-up: connections, prepared statements
-        await call()
-    started = time.perf_counter()
-    for _ in range(count):
-        await call()
-    return count / (time.perf_counter() - started)
+BLOCKS = 10
+
+
+async def _interleaved(calls: dict[str, Any], count: int) -> dict[str, float]:
+    """Rates of calls made one after another, ``count`` of each, measured in turns.
+
+    The calls take turns in blocks of ``count / BLOCKS`` (their order shuffled in each
+    turn), so that the ratios between them come from the same minutes on a machine
+    whose speed drifts."""
+    for call in calls.values():
+        for _ in range(20):  # warm-up: connections, prepared statements
+            await call()
+    spent = dict.fromkeys(calls, 0.0)
+    block = max(1, count // BLOCKS)
+    for _ in range(BLOCKS):
+        for name in random.sample(list(calls), len(calls)):
+            call = calls[name]
+            started = time.perf_counter()
+            for _ in range(block):
+                await call()
+            spent[name] += time.perf_counter() - started
+    return {name: block * BLOCKS / seconds for name, seconds in spent.items()}
 
 
 async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
@@ -153,9 +168,8 @@ async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
     result: dict[str, Any] = {}
     await system.reset()
     await settle(system)
-    result["one_by_one"] = await _timed_sequence(system.enqueue_one, sizes.one_by_one)
-    for name, call in system.extra_enqueue().items():
-        result[name] = await _timed_sequence(call, sizes.one_by_one)
+    calls = {"one_by_one": system.enqueue_one, **system.extra_enqueue()}
+    result.update(await _interleaved(calls, sizes.one_by_one))
 
     if system.supports_concurrent_enqueue:
         await system.reset()

@@ -7,11 +7,13 @@ from typing import Any
 import psycopg
 
 from asyncq import App
-from benchmarks.common import connect, report_latency
+from benchmarks.common import PLAIN_INSERT_LABEL, connect, report_latency
 from benchmarks.systems import Point, Ready, System, WorkerOptions
 
 NOOP = "bench.noop"
 STAMP = "bench.stamp"
+# The plain-SQL system's INSERT, timed in turns with asyncq's defers on the same database.
+PLAIN_INSERT = "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, %s::jsonb) RETURNING id"
 
 
 def make_app(dsn: str) -> App:
@@ -42,6 +44,7 @@ class AsyncqSystem(System):
         super().__init__(dsn)
         self.app = make_app(dsn)
         self.own_conn: psycopg.AsyncConnection[Any] | None = None
+        self.plain_conn: psycopg.AsyncConnection[Any] | None = None
 
     async def install(self) -> None:
         async with self.app:
@@ -50,10 +53,12 @@ class AsyncqSystem(System):
     async def open(self) -> None:
         await self.app.open()
         self.own_conn = await connect(self.dsn)
+        self.plain_conn = await connect(self.dsn)
 
     async def close(self) -> None:
-        if self.own_conn is not None:
-            await self.own_conn.close()
+        for conn in (self.own_conn, self.plain_conn):
+            if conn is not None:
+                await conn.close()
         await self.app.close()
 
     async def reset(self) -> None:
@@ -73,7 +78,14 @@ class AsyncqSystem(System):
         async def on_own_connection() -> None:
             await self.app.tasks[NOOP].options(conn=self.own_conn).defer()
 
-        return {"defer(conn=own connection)": on_own_connection}
+        async def plain_insert() -> None:
+            assert self.plain_conn is not None
+            await (await self.plain_conn.execute(PLAIN_INSERT, (NOOP, "{}"))).fetchone()
+
+        return {
+            "defer(conn=own connection)": on_own_connection,
+            PLAIN_INSERT_LABEL: plain_insert,
+        }
 
     @staticmethod
     def sweep(quick: bool) -> list[Point]:
