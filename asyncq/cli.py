@@ -249,7 +249,12 @@ def _run(command: Callable[[], Awaitable[None]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "requeue" and all(x.isdigit() for x in extra):
+        args.ids += [int(x) for x in extra]  # ids after an option: `requeue APP --queue q 5`
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",

@@ -51,7 +51,8 @@ class KeptConnection:
         self.pool = pool
         self._conn: AsyncConnection[Any] | None = None
         self._since = 0.0
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._used = 0.0
+        self._idle_check: asyncio.TimerHandle | None = None
         self._returning: set[asyncio.Task[None]] = set()
 
     def connection(self) -> _Use:
@@ -60,42 +61,45 @@ class KeptConnection:
 
     async def release(self) -> None:
         """Hand the kept connection back to the pool."""
-        conn = self._unkeep()
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
+        conn, self._conn = self._conn, None
         if conn is not None:
             await self._hand_back(conn)
         if self._returning:
             await asyncio.gather(*self._returning)
 
-    def _unkeep(self) -> AsyncConnection[Any] | None:
-        conn, self._conn = self._conn, None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        return conn
-
     async def _take(self) -> tuple[AsyncConnection[Any], float]:
-        since = self._since
-        conn = self._unkeep()
+        conn, self._conn = self._conn, None
         if conn is None:
             return await self.pool.getconn(), time.monotonic()
-        return conn, since
+        return conn, self._since
 
     async def _done(self, conn: AsyncConnection[Any], since: float, *, ok: bool) -> None:
+        now = time.monotonic()
         keep = ok and self._conn is None and not self.pool.closed
-        if keep and time.monotonic() - since < KEEP_FOR:
-            self._conn, self._since = conn, since
-            loop = asyncio.get_running_loop()
-            self._idle_timer = loop.call_later(KEEP_IDLE, self._idle_expired)
+        if keep and now - since < KEEP_FOR:
+            self._conn, self._since, self._used = conn, since, now
+            if self._idle_check is None:  # one timer for many uses, not one per use
+                loop = asyncio.get_running_loop()
+                self._idle_check = loop.call_later(KEEP_IDLE, self._check_idle)
             return
         await self._hand_back(conn)
 
-    def _idle_expired(self) -> None:
-        self._idle_timer = None
-        conn = self._unkeep()
-        if conn is not None:
-            task = asyncio.get_running_loop().create_task(self._hand_back(conn))
-            self._returning.add(task)
-            task.add_done_callback(self._returning.discard)
+    def _check_idle(self) -> None:
+        self._idle_check = None
+        if self._conn is None:
+            return  # in use: the end of the use sets the next check
+        idle = time.monotonic() - self._used
+        loop = asyncio.get_running_loop()
+        if idle < KEEP_IDLE:
+            self._idle_check = loop.call_later(KEEP_IDLE - idle, self._check_idle)
+            return
+        conn, self._conn = self._conn, None
+        task = loop.create_task(self._hand_back(conn))
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
 
     async def _hand_back(self, conn: AsyncConnection[Any]) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled user must not leak its connection

@@ -225,6 +225,17 @@ class Store:
         row = await cur.fetchone()
         return None if row is None else str(row[0])
 
+    async def missing_worker_privileges(self, conn: Conn, schema: str) -> list[str]:
+        """What the connected role lacks to run a worker on ``schema``'s jobs table."""
+        table, migrations = (
+            sql.Identifier(schema, name).as_string(conn)
+            for name in ("asyncq_jobs", "asyncq_migrations")
+        )
+        cur = await conn.execute(
+            self.q["missing_worker_privileges"], {"table": table, "migrations": migrations}
+        )
+        return [str(row[0]) for row in await cur.fetchall()]
+
     async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
         return await self._requeue(conn, self.q["requeue_ids"], {"ids": list(ids)})
 

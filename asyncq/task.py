@@ -211,6 +211,7 @@ class Task(Generic[P, R]):
             DeferOptions(queue=queue, max_attempts=max_attempts, priority=priority)
         )
         self._codec = _ArgsCodec(fn)
+        self._deferrer: Deferrer[P] = Deferrer(self, self.defaults)
 
     @property
     def queue(self) -> str:
@@ -228,11 +229,11 @@ class Task(Generic[P, R]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id."""
-        return await Deferrer(self, self.defaults).defer(*args, **kwargs)
+        return await self._deferrer.defer(*args, **kwargs)
 
     async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
-        return await Deferrer(self, self.defaults).defer_many(kwargs_list)
+        return await self._deferrer.defer_many(kwargs_list)
 
     def options(
         self,

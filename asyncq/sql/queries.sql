@@ -148,6 +148,25 @@ SELECT n.nspname
  WHERE c.relname = 'asyncq_jobs' AND c.relkind = 'r'
    AND n.nspname = coalesce(%(schema)s::text, current_schema())
 
+-- name: missing_worker_privileges
+-- What the connected role lacks to run a worker: read every column, write the state
+-- columns, delete done rows, read the schema version.
+SELECT 'SELECT (' || a.attname || ')'
+  FROM pg_attribute a
+ WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+   AND NOT has_column_privilege(%(table)s::regclass, a.attnum, 'SELECT')
+UNION ALL
+SELECT 'UPDATE (' || c || ')'
+  FROM unnest(ARRAY['status', 'attempts', 'run_at', 'locked_by', 'locked_at', 'lease',
+                    'expires_at', 'last_error', 'finished_at']) AS c
+ WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
+UNION ALL
+SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
+UNION ALL
+SELECT 'SELECT on the migrations table'
+ WHERE to_regclass(%(migrations)s) IS NOT NULL
+   AND NOT has_table_privilege(to_regclass(%(migrations)s), 'SELECT')
+
 -- name: requeue_ids
 -- Failed or cancelled jobs back to the queue with their attempts reset. Anything else is
 -- left alone (the caller reports it), and so is a job whose unique key a live job holds.

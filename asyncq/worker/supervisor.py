@@ -231,6 +231,13 @@ class Worker:
                         f"there is no asyncq_jobs table in this database's {where}:"
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
+                missing = await self.store.missing_worker_privileges(conn, schema)
+                if missing:
+                    user = conn.info.user
+                    raise ConfigurationError(
+                        f"role {user!r} cannot run a worker on {schema}.asyncq_jobs; it lacks"
+                        f" {', '.join(missing)} (docs/least-privilege.md lists the grants)"
+                    )
                 await migrate.check(conn, schema)
         except PoolTimeout as exc:
             raise psycopg.OperationalError(str(exc)) from exc

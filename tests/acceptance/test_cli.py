@@ -76,6 +76,24 @@ def test_an_unreachable_database_is_a_one_line_error(workers: Workers) -> None:
     assert "127.0.0.1:1" in error
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("--queue", "q", "5"), ("5", "--queue", "q"), ("--all-failed", "7", "8")],
+    ids=" ".join,
+)
+def test_requeue_with_ids_and_a_filter_says_which_to_give(
+    workers: Workers, args: tuple[str, ...]
+) -> None:
+    error = one_line_error(workers.cli("requeue", APP, *args))
+    assert "not both" in error
+
+
+def test_unknown_options_are_still_refused(workers: Workers) -> None:
+    result = workers.cli("requeue", APP, "--queue", "q", "--bogus")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --bogus" in result.stderr
+
+
 @pytest.fixture
 def empty_database(server_dsn: str) -> Iterator[str]:
     """A database on the test server on which asyncq was never migrated."""

@@ -266,6 +266,15 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     assert refused.stderr.splitlines()[-1] == "asyncq: error: permission denied for schema asyncq"
     assert "Traceback" not in refused.stderr
 
+    # A role without the worker's grants is told so at start, and the worker exits.
+    producer_env = workers.env(ASYNCQ_DSN=cluster.producer, GUARDED_SCHEMA=SCHEMA)
+    wrong_role = cli("worker", APP, "--drain", env=producer_env)
+    assert wrong_role.returncode == 1, wrong_role.stderr
+    last = wrong_role.stderr.splitlines()[-1]
+    assert last.startswith("asyncq: error: role ") and "cannot run a worker" in last, last
+    assert "UPDATE (status)" in last and "DELETE" in last and "SELECT (args)" in last, last
+    assert "Traceback" not in wrong_role.stderr
+
     # A worker whose tasks defer jobs gets the producer's privileges.
     cluster.run_as(cluster.admin, worker_defers_sql)
     assert not denied(worker, f"INSERT INTO {jobs} (task_name) VALUES ('guarded.ok')")

@@ -1,10 +1,8 @@
 """Tasks for the worker processes of the listener, lease, clock and poison fault tests.
 
 Every execution appends a line to the ledger file named by ``$ASYNCQ_LEDGER``, outside
-the database, in the format of `tests.acceptance.support.Ledger`:
-``<event> <job_id> <attempt> <pid> <unix time>``, one ``write`` to a file opened with
-``O_APPEND``. The DSN comes from ``$ASYNCQ_DSN``; ``$LEASE_APP_POOL_MAX`` sets the
-App's pool_max_size (10 by default).
+the database, with the acceptance tests' `record`. The DSN comes from ``$ASYNCQ_DSN``;
+``$LEASE_APP_POOL_MAX`` sets the App's pool_max_size (10 by default).
 
 ``$LEASE_APP_SELF_STOP=1`` makes `freeze_then` stop its own worker process with SIGSTOP
 during attempt 1: the freeze then falls at a known point of the task, so what the task
@@ -16,24 +14,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import asyncq
+from tests.acceptance.ledger_app import record
 
 app = asyncq.App(pool_max_size=int(os.environ.get("LEASE_APP_POOL_MAX", "10")))
 
 # A task name with quotes, a semicolon, a comment and non-ASCII letters: only a name.
 ODD_NAME = "odd'\"; DROP TABLE asyncq_jobs; -- naïve ✓ 名前"
-
-
-def record(event: str) -> None:
-    job = asyncq.current_job()
-    line = f"{event} {job.id} {job.attempt} {os.getpid()} {time.time():.6f}\n"
-    fd = os.open(os.environ["ASYNCQ_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 async def _sleep(seconds: float) -> None:
