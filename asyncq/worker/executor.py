@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -21,8 +20,7 @@ DEFAULT_BACKOFF = Backoff()
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What happened to one attempt. ``error`` is None on success."""
 
     job: Job
