@@ -69,16 +69,7 @@ class Store:
 
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
-        params = {
-            "task_name": job.task_name,
-            "queue": job.queue,
-            "args": job.args,
-            "priority": job.priority,
-            "run_at": job.run_at,
-            "delay": job.delay,
-            "max_attempts": job.max_attempts,
-            "unique_key": unique_key,
-        }
+        params = {**job._asdict(), "unique_key": unique_key}
         if unique_key is None:
             row = await (await conn.execute(self.q["insert_plain_job"], params)).fetchone()
             assert row is not None
@@ -93,30 +84,10 @@ class Store:
             if row is not None:
                 return int(row[0])
 
-    async def insert_jobs(
-        self,
-        conn: Conn,
-        *,
-        task_name: str,
-        queue: str,
-        args: str,
-        priority: int,
-        run_at: datetime | None,
-        delay: float,
-        max_attempts: int,
-    ) -> list[int]:
-        cur = await conn.execute(
-            self.q["insert_jobs"],
-            {
-                "task_name": task_name,
-                "queue": queue,
-                "args": args,
-                "priority": priority,
-                "run_at": run_at,
-                "delay": delay,
-                "max_attempts": max_attempts,
-            },
-        )
+    async def insert_jobs(self, conn: Conn, jobs: NewJob) -> list[int]:
+        """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
+        fields; ids in the order of the array."""
+        cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:

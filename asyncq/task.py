@@ -322,15 +322,7 @@ class Deferrer(Generic[P]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
-        job = NewJob(
-            task_name=self.task.name,
-            queue=self.opts.queue,
-            args=self.task.encode(args, kwargs),
-            priority=self.opts.priority,
-            run_at=self.opts.run_at,
-            delay=self.opts.delay,
-            max_attempts=self.opts.max_attempts,
-        )
+        job = self._new_job(self.task.encode(args, kwargs))
         if self.opts.conn is not None:
             return await self.task.app.store.insert_job(
                 self.opts.conn, job, unique_key=self.opts.unique_key
@@ -347,15 +339,10 @@ class Deferrer(Generic[P]):
         calls = list(kwargs_list)
         if not calls:
             return []
-        encoded = self.task.encode_many(calls)
+        jobs = self._new_job(self.task.encode_many(calls))
         async with self.task.app.connection(self.opts.conn) as conn:
-            return await self.task.app.store.insert_jobs(
-                conn,
-                task_name=self.task.name,
-                queue=self.opts.queue,
-                args=encoded,
-                priority=self.opts.priority,
-                run_at=self.opts.run_at,
-                delay=self.opts.delay,
-                max_attempts=self.opts.max_attempts,
-            )
+            return await self.task.app.store.insert_jobs(conn, jobs)
+
+    def _new_job(self, args: str) -> NewJob:
+        o = self.opts
+        return NewJob(self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts)
