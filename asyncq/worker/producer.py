@@ -2,6 +2,11 @@
 
 A notification or the poll timer wakes it; a full batch means more work is
 likely waiting, so it claims again as soon as enough slots are free.
+
+When the slots hold two batches, two claim loops run, each on its own connection,
+so that one claim's round trip overlaps the jobs of the other's batch. A loop takes
+its slots before it claims and gives back those its claim did not fill. Only the
+first loop polls; a wake-up, or a full batch claimed by its sibling, wakes the second.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ class Producer:
         start_job: Callable[[Job], None],
         is_idle: Callable[[], bool],
         drain: bool,
+        claim_loops: int = 1,
     ) -> None:
-        self.kept = KeptConnection(pool)
+        self.pool = pool
         self.store = store
         self.worker = worker
         self.queues = list(queues) if queues else None
@@ -57,23 +63,32 @@ class Producer:
         # When busy, wait for half a batch of free slots rather than claiming one job at a time.
         self.refill_at = max(1, min(batch_size, slots.total) // 2)
         self.claimed = 0
+        self.loops = claim_loops
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
-        try:
-            await self._run()
-        finally:
-            await self.kept.release()
+        async with anyio.create_task_group() as loops:
+            for number in range(self.loops):
+                loops.start_soon(self._claim_loop, number)
 
-    async def _run(self) -> None:
+    async def _claim_loop(self, number: int) -> None:
+        kept = KeptConnection(self.pool)
+        try:
+            await self._claim_until_done(kept, polls=number == 0)
+        finally:
+            await kept.release()
+
+    async def _claim_until_done(self, kept: KeptConnection, *, polls: bool) -> None:
         failures = 0
         idle_seen = False
         while True:
             await self.slots.wait_free(self.refill_at)
             want = min(self.slots.free, self.batch_size)
+            self.slots.take(want)
             try:
-                jobs = await self._claim(want)
+                jobs = await self._claim(kept, want)
             except (psycopg.Error, PoolTimeout, OSError, TimeoutError) as exc:
+                self.slots.unclaimed(want)
                 failures += 1
                 delay = backoff_delay(failures)
                 logger.warning(
@@ -85,10 +100,12 @@ class Producer:
                 await anyio.sleep(delay)
                 continue
             failures = 0
-            self.slots.take(len(jobs))
+            self.slots.unclaimed(want - len(jobs))
             self.claimed += len(jobs)
             for job in jobs:
                 self.start_job(job)
+            if len(jobs) == want:
+                self.wakeup.nudge()  # more is likely waiting: a sibling loop may claim it too
             await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again
             if len(jobs) < want:
                 if self.drain:
@@ -102,14 +119,14 @@ class Producer:
                     idle_seen = False
                     await self.wakeup.wait(min(self.poll_interval, 0.05))
                 else:
-                    await self.wakeup.wait(self.poll_interval)
+                    await self.wakeup.wait(self.poll_interval if polls else None)
 
-    async def _claim(self, limit: int) -> list[Job]:
+    async def _claim(self, kept: KeptConnection, limit: int) -> list[Job]:
         # Shielded: a claim cancelled after it committed would leave its jobs running with
         # nobody to run them until their lease expired. Stopping waits for it instead.
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + CLAIM_DEADLINE
-            async with self.kept.connection() as conn:
+            async with kept.connection() as conn:
                 return await self.store.claim(
                     conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
                 )

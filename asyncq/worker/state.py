@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections import deque
 from dataclasses import dataclass
 
 import anyio
@@ -46,37 +47,52 @@ class Held:
 class Wakeup:
     """A level-triggered wake-up: many `set` calls before a `wait` fold into one.
 
-    It sits between a notification and the claim it triggers, so it is a bare future
-    and a timer: an anyio event in a timeout scope costs tens of microseconds more.
+    Each `set` wakes one waiter, the one waiting longest; with none waiting, the next
+    `wait` returns at once. It sits between a notification and the claim it triggers,
+    so it is bare futures and timers: an anyio event in a timeout scope costs tens of
+    microseconds more.
     """
 
     def __init__(self) -> None:
         self._set = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: deque[asyncio.Future[bool]] = deque()
 
     def set(self) -> None:
-        self._set = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        if not self.nudge():
+            self._set = True
 
-    async def wait(self, seconds: float) -> bool:
-        """Wait for a `set` (or a pending one); False after ``seconds``."""
-        if not self._set:
-            loop = asyncio.get_running_loop()
-            self._waiter = waiter = loop.create_future()
-            timer = loop.call_later(seconds, _resolve, waiter)
-            try:
-                await waiter
-            finally:
+    def nudge(self) -> bool:
+        """Wake one waiter, if one is waiting; True if one was."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return True
+        return False
+
+    async def wait(self, seconds: float | None) -> bool:
+        """Wait for a `set` (or a pending one); False after ``seconds`` (None: no limit)."""
+        if self._set:
+            self._set = False
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if seconds is None else loop.call_later(seconds, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
                 timer.cancel()
-                self._waiter = None
-        woken, self._set = self._set, False
-        return woken
+            if not waiter.done():
+                waiter.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+def _expire(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(False)
 
 
 class Slots:
@@ -99,6 +115,12 @@ class Slots:
 
     def take(self, n: int) -> None:
         self.used += n
+
+    def unclaimed(self, n: int) -> None:
+        """Give back slots taken for a claim that brought fewer jobs."""
+        if n:
+            self.used -= n
+            self._freed.set()
 
     def give_back(self, *, to_write: bool) -> None:
         self.used -= 1

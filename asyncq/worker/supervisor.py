@@ -148,6 +148,7 @@ class Worker:
             start_job=self._start_job,
             is_idle=lambda: not self.held,
             drain=settings.drain,
+            claim_loops=claim_loops(settings, self.pool),
         )
         listener = Listener(
             connect=lambda: psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs),
@@ -377,6 +378,12 @@ class Worker:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def claim_loops(settings: WorkerSettings, pool: AsyncConnectionPool) -> int:
+    """Two claims in flight when the slots hold two batches and the pool can spare the
+    connections (two claims, the outcome writes, and one for the jobs themselves)."""
+    return 2 if settings.concurrency >= 2 * settings.batch_size and pool.max_size >= 4 else 1
 
 
 async def _configure_control(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -1,11 +1,13 @@
-"""Eight worker processes claiming from one table never run the same job twice."""
+"""Eight worker processes claiming from one table never run the same job twice; a
+worker with two claims in flight never holds more jobs than its concurrency."""
 
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 
-from tests.acceptance.support import NOOP, Ledger, Workers, insert_jobs, wait_until
+from tests.acceptance.support import NOOP, SLEEP, Ledger, Workers, insert_jobs, wait_until
 
 JOBS = 2000
 PROCESSES = 8
@@ -14,9 +16,12 @@ PROCESSES = 8
 def test_eight_workers_never_claim_the_same_job(db, workers: Workers, ledger: Ledger) -> None:
     # A long lease: a job must run twice here only if two workers claimed it, never
     # because a heartbeat came late on a busy machine.
+    # Half of them run two claim loops (their slots hold two batches).
     procs = [
-        workers.start("--concurrency", "10", "--batch-size", "10", lease=30, ready=False)
-        for _ in range(PROCESSES)
+        workers.start(
+            "--concurrency", "10", "--batch-size", "10" if n % 2 else "5", lease=30, ready=False
+        )
+        for n in range(PROCESSES)
     ]
     for proc in procs:
         proc.wait_ready()
@@ -54,3 +59,30 @@ def test_eight_workers_never_claim_the_same_job(db, workers: Workers, ledger: Le
     assert owners == len(pids)
     for proc in procs:
         assert "lease lost" not in proc.stderr()
+
+
+def test_two_claims_in_flight_hold_no_more_jobs_than_the_concurrency(
+    db, workers: Workers, ledger: Ledger
+) -> None:
+    # Concurrency 8 in batches of 4: two claim loops, each taking its slots before it
+    # claims. Jobs that outlast the test keep every slot taken.
+    ids = insert_jobs(db, SLEEP, [{"seconds": 30}] * 40)
+    proc = workers.start("--concurrency", "8", "--batch-size", "4", "--grace", "0", lease=30)
+
+    def running() -> int:
+        (n,) = db.execute("SELECT count(*) FROM asyncq_jobs WHERE status = 'running'").fetchone()
+        return int(n)
+
+    wait_until(lambda: running() >= 8, 20, "eight jobs running")
+    # Both loops have claimed again and again by now, had their slots been free.
+    wait_until(lambda: len(ledger.events("start")) >= 8, 10, "eight jobs started")
+    for _ in range(10):
+        assert running() == 8
+        time.sleep(0.1)
+    assert len(ledger.events("start")) == 8
+    proc.send(signal.SIGTERM)
+    assert proc.wait(15) == 0, proc.stderr()
+    (queued,) = db.execute(
+        "SELECT count(*) FROM asyncq_jobs WHERE status = 'queued' AND id = ANY(%s)", (ids,)
+    ).fetchone()
+    assert queued == 40

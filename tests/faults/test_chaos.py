@@ -60,7 +60,9 @@ def test_kill_9_loses_nothing_and_doubles_nothing(
     workers = FaultWorkers(dsn, tmp_path)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    options = ("--concurrency", str(CONCURRENCY))
+    # Batches of half the concurrency: each worker runs two claim loops (the server-fault
+    # tests run workers with one).
+    options = ("--concurrency", str(CONCURRENCY), "--batch-size", str(CONCURRENCY // 2))
     try:
         with Sampler(server.dsn(), "chaos") as sampler, Db(dsn) as db:
             running: list[WorkerProcess] = [
