@@ -30,7 +30,15 @@ class Inserter:
     async def insert(self, job: NewJob) -> int:
         """Write one job; returns its id. A cancelled call may still have written its job."""
         if not self._in_flight:
-            return (await self._write([job]))[0]
+            self._in_flight = 1
+            self._idle.clear()
+            try:
+                async with self.kept.connection() as conn:
+                    return await self.store.insert_job(conn, job)
+            finally:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.set()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._gathering.append((job, future))
         if len(self._gathering) == 1:

@@ -70,22 +70,15 @@ class KeptConnection:
         if self._returning:
             await asyncio.gather(*self._returning)
 
-    async def _take(self) -> tuple[AsyncConnection[Any], float]:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return await self.pool.getconn(), time.monotonic()
-        return conn, self._since
-
-    async def _done(self, conn: AsyncConnection[Any], since: float, *, ok: bool) -> None:
+    def _keep(self, conn: AsyncConnection[Any], since: float, *, ok: bool) -> bool:
+        """Keep ``conn`` after a use; False if it is to go back to the pool."""
         now = time.monotonic()
-        keep = ok and self._conn is None and not self.pool.closed
-        if keep and now - since < KEEP_FOR:
-            self._conn, self._since, self._used = conn, since, now
-            if self._idle_check is None:  # one timer for many uses, not one per use
-                loop = asyncio.get_running_loop()
-                self._idle_check = loop.call_later(KEEP_IDLE, self._check_idle)
-            return
-        await self._hand_back(conn)
+        if not (ok and self._conn is None and not self.pool.closed and now - since < KEEP_FOR):
+            return False
+        self._conn, self._since, self._used = conn, since, now
+        if self._idle_check is None:  # one timer for many uses, not one per use
+            self._idle_check = asyncio.get_running_loop().call_later(KEEP_IDLE, self._check_idle)
+        return True
 
     def _check_idle(self) -> None:
         self._idle_check = None
@@ -115,8 +108,14 @@ class _Use:
         self.kept = kept
 
     async def __aenter__(self) -> AsyncConnection[Any]:
-        self.conn, self.since = await self.kept._take()
+        kept = self.kept
+        conn, kept._conn = kept._conn, None
+        if conn is None:
+            self.conn, self.since = await kept.pool.getconn(), time.monotonic()
+        else:
+            self.conn, self.since = conn, kept._since
         return self.conn
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        await self.kept._done(self.conn, self.since, ok=exc_type is None)
+        if not self.kept._keep(self.conn, self.since, ok=exc_type is None):
+            await self.kept._hand_back(self.conn)

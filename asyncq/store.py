@@ -69,11 +69,16 @@ class Store:
 
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
-        params = {**job._asdict(), "unique_key": unique_key}
         if unique_key is None:
-            row = await (await conn.execute(self.q["insert_plain_job"], params)).fetchone()
+            if job.run_at is None and not job.delay:
+                query = self.q["insert_job_now"]
+                params: Any = (job.task_name, job.queue, job.args, job.priority, job.max_attempts)
+            else:
+                query, params = self.q["insert_job_later"], job._asdict()
+            row = await (await conn.execute(query, params)).fetchone()
             assert row is not None
             return int(row[0])
+        params = {**job._asdict(), "unique_key": unique_key}
         while True:
             row = await (await conn.execute(self.q["insert_job"], params)).fetchone()
             if row is not None:

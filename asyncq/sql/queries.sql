@@ -11,7 +11,14 @@ VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
--- name: insert_plain_job
+-- name: insert_job_now
+-- One job, ready now, without a unique key: what a plain defer writes. The hottest
+-- write, so its parameters come by position, in the order of the columns.
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, max_attempts)
+VALUES (%s, %s, %s::jsonb, %s, %s)
+RETURNING id
+
+-- name: insert_job_later
 INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
 VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s)
