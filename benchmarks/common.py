@@ -26,6 +26,8 @@ DB_PREFIX = "asyncq_bench_"
 # asyncq's reference for its one-by-one defers: a plain INSERT timed in turns with them,
 # on a connection of its own (a connection used more often answers faster).
 PLAIN_INSERT_LABEL = "plain INSERT (in turns with defer)"
+# And the INSERT of the row a defer writes (the same five columns), on a third connection.
+SAME_ROW_LABEL = "INSERT of the same row (in turns with defer)"
 
 
 # -- running coroutines -----------------------------------------------------------------

@@ -7,13 +7,18 @@ from typing import Any
 import psycopg
 
 from asyncq import App
-from benchmarks.common import PLAIN_INSERT_LABEL, connect, report_latency
+from benchmarks.common import PLAIN_INSERT_LABEL, SAME_ROW_LABEL, connect, report_latency
 from benchmarks.systems import Point, Ready, System, WorkerOptions
 
 NOOP = "bench.noop"
 STAMP = "bench.stamp"
 # The plain-SQL system's INSERT, timed in turns with asyncq's defers on the same database.
 PLAIN_INSERT = "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, %s::jsonb) RETURNING id"
+# The row a defer of the no-op task writes, as one INSERT with its five values.
+SAME_ROW_INSERT = (
+    "INSERT INTO asyncq_jobs (task_name, queue, args, priority, max_attempts)"
+    " VALUES (%s, %s, %s::jsonb, %s, %s) RETURNING id"
+)
 
 
 def make_app(dsn: str) -> App:
@@ -45,6 +50,7 @@ class AsyncqSystem(System):
         self.app = make_app(dsn)
         self.own_conn: psycopg.AsyncConnection[Any] | None = None
         self.plain_conn: psycopg.AsyncConnection[Any] | None = None
+        self.same_row_conn: psycopg.AsyncConnection[Any] | None = None
 
     async def install(self) -> None:
         async with self.app:
@@ -54,9 +60,10 @@ class AsyncqSystem(System):
         await self.app.open()
         self.own_conn = await connect(self.dsn)
         self.plain_conn = await connect(self.dsn)
+        self.same_row_conn = await connect(self.dsn)
 
     async def close(self) -> None:
-        for conn in (self.own_conn, self.plain_conn):
+        for conn in (self.own_conn, self.plain_conn, self.same_row_conn):
             if conn is not None:
                 await conn.close()
         await self.app.close()
@@ -82,9 +89,17 @@ class AsyncqSystem(System):
             assert self.plain_conn is not None
             await (await self.plain_conn.execute(PLAIN_INSERT, (NOOP, "{}"))).fetchone()
 
+        noop = self.app.tasks[NOOP]
+        same_row = (NOOP, noop.queue, "{}", 0, noop.max_attempts)
+
+        async def same_row_insert() -> None:
+            assert self.same_row_conn is not None
+            await (await self.same_row_conn.execute(SAME_ROW_INSERT, same_row)).fetchone()
+
         return {
             "defer(conn=own connection)": on_own_connection,
             PLAIN_INSERT_LABEL: plain_insert,
+            SAME_ROW_LABEL: same_row_insert,
         }
 
     @staticmethod
