@@ -110,13 +110,18 @@ class _ArgsCodec:
         )
 
     def bind(self, task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments by parameter name; ``kwargs`` (the call's own dict) may be
+        returned as it is."""
         if self.plain and len(args) <= len(self.positional):
-            fast = dict(zip(self.positional, args, strict=False)) if args else {}
-            if not (args and fast.keys() & kwargs.keys()):
+            if args:
+                fast = dict(zip(self.positional, args, strict=False))
+                clash = fast.keys() & kwargs.keys()
                 fast.update(kwargs)
-                keys = fast.keys()
-                if self.required <= keys <= self.names:
-                    return fast
+            else:
+                fast, clash = kwargs, None
+            keys = fast.keys()
+            if not clash and keys >= self.required and keys <= self.names:
+                return fast
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -229,7 +234,10 @@ class Task(Generic[P, R]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id."""
-        return await self._deferrer.defer(*args, **kwargs)
+        # The task's own options name no connection and no unique key: the job goes
+        # straight to the writer of the App's pool.
+        job = self._deferrer.new_job(self.encode(args, kwargs))
+        return await self.app.inserter.insert(job)
 
     async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
@@ -322,7 +330,7 @@ class Deferrer(Generic[P]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
-        job = self._new_job(self.task.encode(args, kwargs))
+        job = self.new_job(self.task.encode(args, kwargs))
         if self.opts.conn is not None:
             return await self.task.app.store.insert_job(
                 self.opts.conn, job, unique_key=self.opts.unique_key
@@ -339,10 +347,10 @@ class Deferrer(Generic[P]):
         calls = list(kwargs_list)
         if not calls:
             return []
-        jobs = self._new_job(self.task.encode_many(calls))
+        jobs = self.new_job(self.task.encode_many(calls))
         async with self.task.app.connection(self.opts.conn) as conn:
             return await self.task.app.store.insert_jobs(conn, jobs)
 
-    def _new_job(self, args: str) -> NewJob:
+    def new_job(self, args: str) -> NewJob:
         o = self.opts
         return NewJob(self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts)
