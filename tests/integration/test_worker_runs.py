@@ -200,8 +200,9 @@ async def test_worker_stats_count_what_happened(app: asyncq.App, db: Any, drain:
     assert counts == {"done": 2, "failed": 1}
 
 
+@pytest.mark.parametrize("batch_size", [8, 3], ids=["one claim loop", "two claim loops"])
 async def test_many_jobs_with_concurrency_all_run_once(
-    app: asyncq.App, db: Any, drain: Any
+    app: asyncq.App, db: Any, drain: Any, batch_size: int
 ) -> None:
     ran: list[int] = []
     running = 0
@@ -217,7 +218,7 @@ async def test_many_jobs_with_concurrency_all_run_once(
         ran.append(n)
 
     await work.defer_many([{"n": n} for n in range(200)])
-    stats = await drain(concurrency=8)
+    stats = await drain(concurrency=8, batch_size=batch_size)
     assert sorted(ran) == list(range(200))
     assert stats.done == 200
     assert 1 < peak <= 8
