@@ -454,7 +454,7 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
         return [p[0] for p in pts], [p[1] for p in pts]
 
     ax = axes[0]
-    for c, style in ((10, ":"), (50, "--"), (100, "-")):
+    for c, style in ((10, ":"), (50, "--"), (100, "-"), (200, "-.")):
         xs, ys = series("asyncq", "batch", concurrency=c, processes=1)
         if xs:
             ax.plot(xs, ys, style, marker="o", color=colors["asyncq"], label=f"asyncq c={c}")
