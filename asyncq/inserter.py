@@ -30,15 +30,13 @@ class Inserter:
     async def insert(self, job: NewJob) -> int:
         """Write one job; returns its id. A cancelled call may still have written its job."""
         if not self._in_flight:
-            self._in_flight = 1
-            self._idle.clear()
+            # Written here rather than by `_write`: a lone defer is the common case.
+            self._write_starts()
             try:
                 async with self.kept.connection() as conn:
                     return await self.store.insert_job(conn, job)
             finally:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._idle.set()
+                self._write_ends()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._gathering.append((job, future))
         if len(self._gathering) == 1:
@@ -60,17 +58,23 @@ class Inserter:
         return await future
 
     async def _write(self, jobs: list[NewJob]) -> list[int]:
-        self._in_flight += 1
-        self._idle.clear()
+        self._write_starts()
         try:
             async with self.kept.connection() as conn:
                 if len(jobs) == 1:
                     return [await self.store.insert_job(conn, jobs[0])]
                 return await self.store.insert_rows(conn, rows=jobs)
         finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._idle.set()
+            self._write_ends()
+
+    def _write_starts(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _write_ends(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle.set()
 
     async def close(self) -> None:
         """Hand the kept connection back to the pool (before the pool closes)."""
