@@ -84,9 +84,7 @@ class Wakeup:
         finally:
             if timer is not None:
                 timer.cancel()
-            if not waiter.done():
-                waiter.cancel()
-            if waiter in self._waiters:
+            if waiter in self._waiters:  # timed out, or cancelled
                 self._waiters.remove(waiter)
 
 
