@@ -28,6 +28,8 @@ DB_PREFIX = "asyncq_bench_"
 PLAIN_INSERT_LABEL = "plain INSERT (in turns with defer)"
 # And the INSERT of the row a defer writes (the same five columns), on a third connection.
 SAME_ROW_LABEL = "INSERT of the same row (in turns with defer)"
+# asyncq's defer on a connection the caller passes (``options(conn=...)``).
+OWN_CONNECTION_LABEL = "defer(conn=own connection)"
 
 
 # -- running coroutines -----------------------------------------------------------------
@@ -132,11 +134,13 @@ class WorkerProcess:
 
     Protocol: the worker prints ``READY`` once connected, waits for a line on stdin
     before it starts, prints ``L <seconds>`` for each pickup-latency job it runs,
-    and ``EXIT`` when its worker returns.
+    and ``EXIT`` when its worker returns. asyncq's workers also print ``CODE <file>``,
+    the file their App comes from.
     """
 
     proc: asyncio.subprocess.Process
     stderr_path: Path
+    code: str | None = None
     latencies: asyncio.Queue[float] = field(default_factory=asyncio.Queue)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     exited: asyncio.Event = field(default_factory=asyncio.Event)
@@ -175,6 +179,8 @@ class WorkerProcess:
                 self.latencies.put_nowait(float(line[2:]))
             elif line == "EXIT":
                 self.exited.set()
+            elif line.startswith("CODE "):
+                self.code = line[5:]
 
     async def wait_ready(self, within: float = 60.0) -> None:
         waiter = asyncio.create_task(self.ready.wait())

@@ -106,6 +106,9 @@ async def throughput(
         "exit_codes": exits,
         "preload_rate": jobs / load_seconds,
     }
+    codes = [proc.code for proc in procs if proc.code]
+    if codes:
+        result["code"] = codes
     if not result["ok"]:
         result["error"] = f"{completed} of {jobs} jobs completed: {procs[0].error_tail()}"
     return result
@@ -130,6 +133,7 @@ async def latency(system: System, point: Point, count: int, log_dir: Path) -> di
                 samples.append(value)
     ms = [s * 1000 for s in samples]
     return {
+        **({"code": [proc.code]} if proc.code else {}),
         "n": len(ms),
         "p50_ms": percentile(ms, 50),
         "p95_ms": percentile(ms, 95),

@@ -239,58 +239,91 @@ class Runner:
                 self.problem(f"{name} setup", exc)
                 continue
             self.systems.append(system)
+        code = {s.name: s.code() for s in self.systems}
+        mine, imported = ROOT / "asyncq", code.get("asyncq")
+        if imported is not None and imported.resolve() != mine.resolve():
+            self.problem("asyncq", RuntimeError(f"imported from {imported}, not {mine}"))
+        self.results["code"] = {name: str(path) for name, path in code.items() if path}
+
+    def check_code(self, system: System, run: dict[str, Any]) -> None:
+        """A run of a worker that did not run the system's own copy of asyncq is no run."""
+        expected = system.code()
+        if expected is None or "error" in run:
+            return
+        wrong = [
+            c
+            for c in run.get("code", [None])
+            if c is None or Path(c).resolve().parent != expected.resolve()
+        ]
+        if wrong:
+            run["ok"] = False
+            run["error"] = self.problem(
+                f"{system.name} worker code",
+                RuntimeError(f"a worker ran {wrong[0] or 'unknown code'}, not {expected}"),
+            )
+
+    async def measure_throughput(self, system: System, point: Point, repeat: int) -> None:
+        name = system.name
+        size = sizes(self.args)
+        run = await self.guarded(
+            f"{name} throughput {point.label}",
+            partial(
+                measure.throughput,
+                system,
+                point,
+                size.jobs,
+                self.log_dir,
+                analyze=self.args.analyze,
+            ),
+        )
+        run.update(system=name, point=point_dict(point), repeat=repeat)
+        if "error" in run and "ok" not in run:
+            run["ok"] = False
+        self.check_code(system, run)
+        self.results["throughput"].append(run)
+        if run.get("ok"):
+            self.say(f"  {name:13} {point.label:28} {run['rate']:>9,.0f} jobs/s")
+        elif "error" in run and "rate" in run:
+            self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
+
+    async def measure_latency(self, system: System, repeat: int) -> None:
+        name = system.name
+        lat = await self.guarded(
+            f"{name} latency",
+            partial(
+                measure.latency,
+                system,
+                system.latency_point(),
+                sizes(self.args).latency_jobs,
+                self.log_dir,
+            ),
+        )
+        lat.update(system=name, repeat=repeat, point=point_dict(system.latency_point()))
+        self.check_code(system, lat)
+        self.results["latency"].append(lat)
+        if "error" not in lat:
+            self.say(f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms")
+
+    async def measure_enqueue(self, system: System, repeat: int) -> None:
+        name = system.name
+        enq = await self.guarded(
+            f"{name} enqueue", partial(measure.enqueue, system, sizes(self.args))
+        )
+        enq.update(system=name, repeat=repeat)
+        self.results["enqueue"].append(enq)
+        if "error" not in enq:
+            rates = ", ".join(f"{k} {v:,.0f}/s" for k, v in enq.items() if isinstance(v, float))
+            self.say(f"  {name:13} enqueue: {rates}")
 
     async def one_round(self, repeat: int) -> None:
-        size = sizes(self.args)
         for system in self.systems:
-            name = system.name
             if "throughput" in self.args.parts:
-                for point in system.sweep(self.args.quick) + scaling(name, self.args.quick):
-                    run = await self.guarded(
-                        f"{name} throughput {point.label}",
-                        partial(
-                            measure.throughput,
-                            system,
-                            point,
-                            size.jobs,
-                            self.log_dir,
-                            analyze=self.args.analyze,
-                        ),
-                    )
-                    run.update(system=name, point=point_dict(point), repeat=repeat)
-                    if "error" in run and "ok" not in run:
-                        run["ok"] = False
-                    self.results["throughput"].append(run)
-                    if run.get("ok"):
-                        self.say(f"  {name:13} {point.label:28} {run['rate']:>9,.0f} jobs/s")
-                    elif "error" in run and "rate" in run:
-                        self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
+                for point in system.sweep(self.args.quick) + scaling(system.name, self.args.quick):
+                    await self.measure_throughput(system, point, repeat)
             if "latency" in self.args.parts:
-                lat = await self.guarded(
-                    f"{name} latency",
-                    partial(
-                        measure.latency,
-                        system,
-                        system.latency_point(),
-                        size.latency_jobs,
-                        self.log_dir,
-                    ),
-                )
-                lat.update(system=name, repeat=repeat, point=point_dict(system.latency_point()))
-                self.results["latency"].append(lat)
-                if "error" not in lat:
-                    self.say(
-                        f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms"
-                    )
+                await self.measure_latency(system, repeat)
             if "enqueue" in self.args.parts:
-                enq = await self.guarded(f"{name} enqueue", partial(measure.enqueue, system, size))
-                enq.update(system=name, repeat=repeat)
-                self.results["enqueue"].append(enq)
-                if "error" not in enq:
-                    rates = ", ".join(
-                        f"{k} {v:,.0f}/s" for k, v in enq.items() if isinstance(v, float)
-                    )
-                    self.say(f"  {name:13} enqueue: {rates}")
+                await self.measure_enqueue(system, repeat)
 
     def best_asyncq_point(self) -> Point:
         """asyncq's fastest single-process configuration so far (c=100 b=100 if none)."""

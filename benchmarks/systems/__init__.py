@@ -14,6 +14,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 MODULES = {
@@ -111,6 +112,10 @@ class System(ABC):
     def extra_enqueue(self) -> dict[str, Callable[[], Awaitable[None]]]:
         """More one-by-one enqueue variants worth reporting, by name."""
         return {}
+
+    def code(self) -> Path | None:
+        """The directory of the code under test, where it matters which copy runs."""
+        return None
 
     @staticmethod
     @abstractmethod

@@ -1,15 +1,29 @@
-"""asyncq: deferred with its public API, run by ``App.run_worker`` in a worker process."""
+"""asyncq: deferred with its public API, run by ``App.run_worker`` in a worker process.
+
+The package is named here, not imported: the same system, given another package, runs
+asyncq as it was at another commit (``--baseline``, benchmarks/systems/baseline_system.py),
+and the worker processes of that one import nothing of the working tree's asyncq.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from asyncq import App
-from benchmarks.common import PLAIN_INSERT_LABEL, SAME_ROW_LABEL, connect, report_latency
+from benchmarks.common import (
+    OWN_CONNECTION_LABEL,
+    PLAIN_INSERT_LABEL,
+    SAME_ROW_LABEL,
+    connect,
+    report_latency,
+)
 from benchmarks.systems import Point, Ready, System, WorkerOptions
 
+PACKAGE = "asyncq"
 NOOP = "bench.noop"
 STAMP = "bench.stamp"
 # The plain-SQL system's INSERT, timed in turns with asyncq's defers on the same database.
@@ -21,8 +35,9 @@ SAME_ROW_INSERT = (
 )
 
 
-def make_app(dsn: str) -> App:
-    app = App(dsn, application_name="asyncq-bench")
+def make_app(dsn: str, package: str = PACKAGE) -> Any:
+    """An ``App`` of ``package`` (asyncq, or the baseline's copy) with the two bench tasks."""
+    app = importlib.import_module(package).App(dsn, application_name="asyncq-bench")
 
     @app.task(name=NOOP)
     async def noop() -> None:
@@ -35,9 +50,15 @@ def make_app(dsn: str) -> App:
     return app
 
 
+def code_of(app: Any) -> Path:
+    """The file that defines ``app``'s class: which asyncq a process really runs."""
+    return Path(str(sys.modules[type(app).__module__].__file__))
+
+
 class AsyncqSystem(System):
     name = "asyncq"
     title = "asyncq"
+    package = PACKAGE
     unfinished_sql = (
         "SELECT EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'queued')"
         " OR EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'running')"
@@ -47,10 +68,13 @@ class AsyncqSystem(System):
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
-        self.app = make_app(dsn)
+        self.app = make_app(dsn, self.package)
         self.own_conn: psycopg.AsyncConnection[Any] | None = None
         self.plain_conn: psycopg.AsyncConnection[Any] | None = None
         self.same_row_conn: psycopg.AsyncConnection[Any] | None = None
+
+    def code(self) -> Path | None:
+        return code_of(self.app).parent
 
     async def install(self) -> None:
         async with self.app:
@@ -81,10 +105,10 @@ class AsyncqSystem(System):
     async def enqueue_stamp(self, sent_at: float) -> None:
         await self.app.tasks[STAMP].defer(sent_at)
 
-    def extra_enqueue(self) -> dict[str, Any]:
-        async def on_own_connection() -> None:
-            await self.app.tasks[NOOP].options(conn=self.own_conn).defer()
+    async def enqueue_on_own_connection(self) -> None:
+        await self.app.tasks[NOOP].options(conn=self.own_conn).defer()
 
+    def extra_enqueue(self) -> dict[str, Any]:
         async def plain_insert() -> None:
             assert self.plain_conn is not None
             await (await self.plain_conn.execute(PLAIN_INSERT, (NOOP, "{}"))).fetchone()
@@ -97,7 +121,7 @@ class AsyncqSystem(System):
             await (await self.same_row_conn.execute(SAME_ROW_INSERT, same_row)).fetchone()
 
         return {
-            "defer(conn=own connection)": on_own_connection,
+            OWN_CONNECTION_LABEL: self.enqueue_on_own_connection,
             PLAIN_INSERT_LABEL: plain_insert,
             SAME_ROW_LABEL: same_row_insert,
         }
@@ -117,8 +141,14 @@ class AsyncqSystem(System):
 SYSTEM = AsyncqSystem
 
 
-async def work(options: WorkerOptions, ready: Ready) -> None:
-    app = make_app(options.dsn)
+async def serve(package: str, options: WorkerOptions, ready: Ready) -> None:
+    """Run a worker of ``package``'s App; say which code it runs (``CODE <file>`` on stdout)."""
+    app = make_app(options.dsn, package)
+    print(f"CODE {code_of(app)}", flush=True)
+    if package != PACKAGE:
+        mixed = sorted(m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + "."))
+        if mixed:
+            raise RuntimeError(f"{package} imported the working tree's asyncq: {mixed}")
     async with app:
         await ready()
         await app.run_worker(
@@ -126,3 +156,7 @@ async def work(options: WorkerOptions, ready: Ready) -> None:
             batch_size=options.batch,
             drain=options.mode == "drain",
         )
+
+
+async def work(options: WorkerOptions, ready: Ready) -> None:
+    await serve(PACKAGE, options, ready)
