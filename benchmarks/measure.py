@@ -30,6 +30,7 @@ class Sizes:
 
 
 def worker_args(system: System, point: Point, mode: str) -> list[str]:
+    path = system.import_path()
     return [
         system.name,
         "--dsn",
@@ -42,6 +43,7 @@ def worker_args(system: System, point: Point, mode: str) -> list[str]:
         str(point.batch),
         "--variant",
         point.variant,
+        *(["--path", path] if path else []),
     ]
 
 
@@ -167,12 +169,20 @@ async def _interleaved(calls: dict[str, Any], count: int) -> dict[str, float]:
     return {name: block * BLOCKS / seconds for name, seconds in spent.items()}
 
 
-async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
-    """Jobs/s written: one by one, from concurrent coroutines, and with the batch API."""
+async def enqueue(system: System, sizes: Sizes, partner: System | None = None) -> dict[str, Any]:
+    """Jobs/s written: one by one, from concurrent coroutines, and with the batch API.
+
+    With a ``partner`` (asyncq's baseline), the partner's one-by-one calls take their
+    turns with this system's, on the partner's own (emptied) database, reported as
+    ``"<partner> <call>"``: a ratio between the two is then not moved by the drift."""
     result: dict[str, Any] = {}
     await system.reset()
     await settle(system)
     calls = {"one_by_one": system.enqueue_one, **system.extra_enqueue()}
+    if partner is not None:
+        await partner.reset()
+        await settle(partner)
+        calls.update({f"{partner.name} {k}": call for k, call in partner.in_turns().items()})
     result.update(await _interleaved(calls, sizes.one_by_one))
 
     if system.supports_concurrent_enqueue:

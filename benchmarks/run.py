@@ -2,10 +2,12 @@
 
 Every selected system gets its own fresh database on the same server; the repeats
 go round-robin over the systems so that each ratio is measured side by side.
+``--baseline REF`` adds asyncq as it was at the commit REF (system ``baseline``),
+measured in turns with the working tree's asyncq, configuration by configuration.
 It prints one report, writes benchmarks/results/<timestamp>.json and latest.json,
 and draws benchmarks/results/throughput.png. It exits 0 when a peer cannot be
-installed or run (the report says why) and 1 only when asyncq itself could not be
-measured or the database is unreachable.
+installed or run (the report says why) and 1 only when asyncq itself (or, with
+``--baseline``, the baseline) could not be measured or the database is unreachable.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -27,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import history, measure, memory, profile, report
+from benchmarks import baseline, history, measure, memory, profile, report
 from benchmarks.common import (
     ROOT,
     describe,
@@ -59,6 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--only",
         default=",".join(ORDER),
         help=f"systems to run, comma-separated (default: {','.join(ORDER)})",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also measure asyncq as it was at the commit REF (e.g. a tag or a sha),"
+        " in turns with the working tree's asyncq, and report the ratios (needs asyncq"
+        " among --only)",
     )
     parser.add_argument(
         "--parts",
@@ -109,6 +119,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for part in args.parts:
         if part not in PARTS:
             parser.error(f"unknown part {part!r} (known: {', '.join(PARTS)})")
+    args.baseline_commit = None
+    if args.baseline:
+        if "asyncq" not in args.systems:
+            parser.error("--baseline compares with asyncq: add asyncq to --only")
+        try:
+            args.baseline_commit = baseline.resolve(args.baseline)
+        except ValueError as exc:
+            parser.error(f"--baseline: {exc}")
+        args.systems.insert(args.systems.index("asyncq") + 1, "baseline")
     return args
 
 
@@ -127,7 +146,7 @@ def sizes(args: argparse.Namespace) -> measure.Sizes:
 
 def scaling(name: str, quick: bool) -> list[Point]:
     counts = (2,) if quick else (2, 4)
-    if name == "asyncq":
+    if name in ("asyncq", "baseline"):
         return [Point(100, 100, processes=n) for n in counts]
     if name == "sql":
         return [Point(10, 100, processes=n, variant="batched") for n in counts]
@@ -188,6 +207,11 @@ def point_dict(point: Point) -> dict[str, Any]:
     return {**dataclasses.asdict(point), "label": point.label}
 
 
+def in_turn(group: list[System], turn: int) -> list[System]:
+    """The group in its order on even turns, reversed on odd ones."""
+    return group if turn % 2 == 0 else group[::-1]
+
+
 class Runner:
     def __init__(self, args: argparse.Namespace, admin_dsn: str) -> None:
         self.args = args
@@ -233,6 +257,8 @@ class Runner:
             try:
                 dsn = await recreate_database(self.admin_dsn, name)
                 system = cls(dsn)
+                if name == "baseline":
+                    system.title = self.args.baseline_commit.title
                 await system.install()
                 await system.open()
             except Exception as exc:  # noqa: BLE001
@@ -244,6 +270,20 @@ class Runner:
         if imported is not None and imported.resolve() != mine.resolve():
             self.problem("asyncq", RuntimeError(f"imported from {imported}, not {mine}"))
         self.results["code"] = {name: str(path) for name, path in code.items() if path}
+
+    def groups(self) -> list[list[System]]:
+        """The systems in their order; asyncq and its baseline form one group, whose
+        members take turns at each measurement instead of one after the other."""
+        names = [s.name for s in self.systems]
+        out: list[list[System]] = []
+        for system in self.systems:
+            if system.name == "baseline" and "asyncq" in names:
+                continue
+            group = [system]
+            if system.name == "asyncq" and "baseline" in names:
+                group.append(self.systems[names.index("baseline")])
+            out.append(group)
+        return out
 
     def check_code(self, system: System, run: dict[str, Any]) -> None:
         """A run of a worker that did not run the system's own copy of asyncq is no run."""
@@ -304,10 +344,10 @@ class Runner:
         if "error" not in lat:
             self.say(f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms")
 
-    async def measure_enqueue(self, system: System, repeat: int) -> None:
+    async def measure_enqueue(self, system: System, repeat: int, partner: System | None) -> None:
         name = system.name
         enq = await self.guarded(
-            f"{name} enqueue", partial(measure.enqueue, system, sizes(self.args))
+            f"{name} enqueue", partial(measure.enqueue, system, sizes(self.args), partner)
         )
         enq.update(system=name, repeat=repeat)
         self.results["enqueue"].append(enq)
@@ -316,14 +356,26 @@ class Runner:
             self.say(f"  {name:13} enqueue: {rates}")
 
     async def one_round(self, repeat: int) -> None:
-        for system in self.systems:
-            if "throughput" in self.args.parts:
-                for point in system.sweep(self.args.quick) + scaling(system.name, self.args.quick):
-                    await self.measure_throughput(system, point, repeat)
-            if "latency" in self.args.parts:
-                await self.measure_latency(system, repeat)
-            if "enqueue" in self.args.parts:
-                await self.measure_enqueue(system, repeat)
+        parts = self.args.parts
+        for group in self.groups():
+            # In a group (asyncq and its baseline) the members take turns at every
+            # measurement, the one that goes first alternating from one to the next.
+            turn = repeat - 1
+            if "throughput" in parts:
+                first = group[0]
+                for point in first.sweep(self.args.quick) + scaling(first.name, self.args.quick):
+                    for system in in_turn(group, turn):
+                        await self.measure_throughput(system, point, repeat)
+                    turn += 1
+            if "latency" in parts:
+                for system in in_turn(group, turn):
+                    await self.measure_latency(system, repeat)
+                turn += 1
+            if "enqueue" in parts:
+                for system in in_turn(group, turn):
+                    # asyncq's one-by-one defers take their turns with the baseline's.
+                    partner = group[1] if len(group) > 1 and system is group[0] else None
+                    await self.measure_enqueue(system, repeat, partner)
 
     def best_asyncq_point(self) -> Point:
         """asyncq's fastest single-process configuration so far (c=100 b=100 if none)."""
@@ -402,8 +454,18 @@ async def main(args: argparse.Namespace) -> int:
         f" synchronous_commit={server['synchronous_commit']}); systems: {', '.join(args.systems)}",
         flush=True,
     )
-    runner = Runner(args, admin_dsn)
-    results = await runner.run()
+    with tempfile.TemporaryDirectory(prefix="asyncq-baseline-") as scratch:
+        if args.baseline_commit is not None:
+            try:
+                package = baseline.extract(args.baseline_commit, Path(scratch))
+            except Exception as exc:  # noqa: BLE001
+                print(f"benchmarks: --baseline {args.baseline}: {exc}", file=sys.stderr)
+                return 1
+            sys.path.append(str(package.parent))
+            print(f"baseline: {args.baseline_commit.title} from {package}", flush=True)
+        runner = Runner(args, admin_dsn)
+        results = await runner.run()
+    results["titles"] = {s.name: s.title for s in runner.systems}
     results["meta"] = {
         "timestamp": stamp,
         "mode": "quick" if args.quick else "full",
@@ -421,6 +483,8 @@ async def main(args: argparse.Namespace) -> int:
             [os.path.basename(sys.executable), "-m", "benchmarks.run", *sys.argv[1:]]
         ),
     }
+    if args.baseline_commit is not None:
+        results["meta"]["baseline"] = dataclasses.asdict(args.baseline_commit)
     results["summary"] = report.summarise(results)
     results["targets"] = report.targets(results["summary"], results)
     print()
@@ -434,10 +498,11 @@ async def main(args: argparse.Namespace) -> int:
     print(f"results: {paths[0]} (and {paths[1].name})")
     print(f"chart: {why_not or args.out / 'throughput.png'}")
     print(f"took {results['elapsed_s']:.0f}s")
-    if "asyncq" in args.systems:
-        measured = any(r.get("ok") for r in results["throughput"] if r["system"] == "asyncq")
-        if "throughput" in args.parts and not measured:
-            return 1
+    for name in ("asyncq", "baseline"):
+        if name in args.systems:
+            measured = any(r.get("ok") for r in results["throughput"] if r["system"] == name)
+            if "throughput" in args.parts and not measured:
+                return 1
     return 0
 
 

@@ -2,6 +2,7 @@
 
 It connects, prints ``READY``, waits for a line on stdin (so that the clock starts
 when every worker of a run is connected), runs the system's worker, prints ``EXIT``.
+``--path DIR`` adds DIR to sys.path before the system is loaded (the baseline's package).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--variant", default="")
+    parser.add_argument("--path", action="append", default=[], help="a directory for sys.path")
     args = parser.parse_args()
+    sys.path.extend(args.path)
     options = WorkerOptions(
         dsn=args.dsn,
         mode=args.mode,

@@ -6,6 +6,7 @@
   runs in its own process.
 
 Peer libraries are imported lazily, so ``--only asyncq,sql`` runs without them.
+``baseline`` is asyncq at another commit, added by ``--baseline REF`` (not by ``--only``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ MODULES = {
     "procrastinate": "benchmarks.systems.procrastinate_system",
     "pgqueuer": "benchmarks.systems.pgqueuer_system",
     "sql": "benchmarks.systems.sql_system",
+    "baseline": "benchmarks.systems.baseline_system",
 }
 ORDER = ["asyncq", "procrastinate", "pgqueuer", "sql"]
 
@@ -112,6 +114,15 @@ class System(ABC):
     def extra_enqueue(self) -> dict[str, Callable[[], Awaitable[None]]]:
         """More one-by-one enqueue variants worth reporting, by name."""
         return {}
+
+    def in_turns(self) -> dict[str, Callable[[], Awaitable[None]]]:
+        """The one-by-one calls to time in turns with another system's own, when paired
+        with it (``--baseline``: the baseline's defers, in asyncq's enqueue phase)."""
+        return {"one_by_one": self.enqueue_one}
+
+    def import_path(self) -> str | None:
+        """A directory the worker processes need on sys.path, if any."""
+        return None
 
     def code(self) -> Path | None:
         """The directory of the code under test, where it matters which copy runs."""

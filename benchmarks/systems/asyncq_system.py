@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,12 @@ class AsyncqSystem(System):
             OWN_CONNECTION_LABEL: self.enqueue_on_own_connection,
             PLAIN_INSERT_LABEL: plain_insert,
             SAME_ROW_LABEL: same_row_insert,
+        }
+
+    def in_turns(self) -> dict[str, Callable[[], Awaitable[None]]]:
+        return {
+            "one_by_one": self.enqueue_one,
+            OWN_CONNECTION_LABEL: self.enqueue_on_own_connection,
         }
 
     @staticmethod
