@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PLAIN_INSERT_LABEL, SAME_ROW_LABEL, median
+from benchmarks.common import OWN_CONNECTION_LABEL, PLAIN_INSERT_LABEL, SAME_ROW_LABEL, median
 
 TITLES = {
     "asyncq": "asyncq",
@@ -15,6 +15,10 @@ TITLES = {
     "pgqueuer": "PgQueuer",
     "sql": "plain SQL",
 }
+
+
+def _title(results: dict[str, Any], name: str) -> str:
+    return str(results.get("titles", {}).get(name) or TITLES.get(name, name))
 
 
 def _key(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -244,6 +248,151 @@ def _label(point: dict[str, Any]) -> str:
     return f"{text} {point['variant']}".strip()
 
 
+# -- before and after (--baseline) -------------------------------------------------------
+
+CURRENT = "asyncq"
+BASELINE = "baseline"
+
+
+def _pair(
+    measure: str,
+    unit: str,
+    current: dict[int, float],
+    baseline: dict[int, float],
+    how: str,
+) -> dict[str, Any]:
+    """One measure: the medians over the rounds, their ratio, and each round's ratio."""
+    cur, base = median(list(current.values())), median(list(baseline.values()))
+    return {
+        "measure": measure,
+        "unit": unit,
+        "current": cur,
+        "baseline": base,
+        "ratio": _ratio(cur, base),
+        "rounds": [
+            round(current[r] / baseline[r], 4)
+            for r in sorted(current.keys() & baseline.keys())
+            if baseline[r]
+        ],
+        "how": how,
+    }
+
+
+def before_after(results: dict[str, Any]) -> dict[str, Any]:
+    """asyncq (the working tree) against asyncq at the baseline commit, measure by measure.
+
+    ratio = current / baseline of the medians over the rounds; "rounds" has the ratio of
+    each round's pair. "how": "back to back" for a drain, a pickup run or an enqueue phase
+    of each, one right after the other; "interleaved" for the one-by-one defers, timed in
+    blocks of calls taking turns within asyncq's enqueue phase.
+    """
+    rows: list[dict[str, Any]] = []
+
+    def by_round(runs: list[dict[str, Any]], system: str, value: Any) -> dict[int, float]:
+        out = {}
+        for run in runs:
+            if run["system"] == system and "error" not in run:
+                v = value(run)
+                if v is not None:
+                    out[run["repeat"]] = float(v)
+        return out
+
+    points: dict[str, dict[str, Any]] = {}
+    for run in results["throughput"]:
+        if run["system"] in (CURRENT, BASELINE):
+            points.setdefault(run["point"]["label"], run["point"])
+    for label, point in points.items():
+        ok = [r for r in results["throughput"] if r.get("ok") and r["point"]["label"] == label]
+        rows.append(
+            _pair(
+                f"throughput {_label(point)}",
+                "jobs/s",
+                by_round(ok, CURRENT, lambda r: r["rate"]),
+                by_round(ok, BASELINE, lambda r: r["rate"]),
+                "back to back",
+            )
+        )
+    for q in ("p50_ms", "p95_ms"):
+        rows.append(
+            _pair(
+                f"pickup {q[:3]}",
+                "ms",
+                by_round(results["latency"], CURRENT, lambda r, q=q: r.get(q)),
+                by_round(results["latency"], BASELINE, lambda r, q=q: r.get(q)),
+                "back to back",
+            )
+        )
+    enqueue = results["enqueue"]
+    for measure, key in (
+        ("defer() one by one", "one_by_one"),
+        (OWN_CONNECTION_LABEL + " one by one", OWN_CONNECTION_LABEL),
+    ):
+        rows.append(
+            _pair(
+                measure,
+                "jobs/s",
+                by_round(enqueue, CURRENT, lambda r, k=key: r.get(k)),
+                by_round(enqueue, CURRENT, lambda r, k=key: r.get(f"{BASELINE} {k}")),
+                "interleaved",
+            )
+        )
+    for measure, key in (
+        ("defer() from 50 coroutines", "concurrent"),
+        ("defer_many (bulk)", "bulk"),
+    ):
+        rows.append(
+            _pair(
+                measure,
+                "jobs/s",
+                by_round(enqueue, CURRENT, lambda r, k=key: r.get(k)),
+                by_round(enqueue, BASELINE, lambda r, k=key: r.get(k)),
+                "back to back",
+            )
+        )
+    rows = [r for r in rows if r["current"] is not None or r["baseline"] is not None]
+    return {
+        "current": _title(results, CURRENT),
+        "baseline": _title(results, BASELINE),
+        "ratio": "current / baseline",
+        "rows": rows,
+    }
+
+
+def _render_before_after(results: dict[str, Any]) -> str:
+    data = results["before_after"]
+    meta = results["meta"]
+    git = meta.get("git", {})
+    base = meta.get("baseline") or {}
+    here = f"the working tree at {git.get('commit', '?')}"
+    here += ", asyncq/ with uncommitted changes" if git.get("asyncq_dirty") else ""
+    code = results.get("code", {})
+    head = (
+        f"before/after: {data['current']} ({here}) against {data['baseline']}"
+        f" ({base.get('subject', '?')})\n"
+        f"  code: {code.get(CURRENT, '?')} against {code.get(BASELINE, '?')}"
+        " (every worker process says which it ran)\n"
+        "  ratio = current / baseline of the medians: for jobs/s above 1.00x is faster,"
+        " for ms above 1.00x is slower; per round, the ratio of each round's pair"
+    )
+    rows = [
+        [
+            r["measure"],
+            r["unit"],
+            _fmt(r["current"], ",.2f" if r["unit"] == "ms" else ",.0f"),
+            _fmt(r["baseline"], ",.2f" if r["unit"] == "ms" else ",.0f"),
+            _fmt(r["ratio"], ".3f") + ("x" if r["ratio"] is not None else ""),
+            " ".join(f"{x:.3f}" for x in r["rounds"]) or "-",
+            r["how"],
+        ]
+        for r in data["rows"]
+    ]
+    table = _table(
+        ["before/after", "unit", data["current"], data["baseline"], "ratio", "per round", "how"],
+        rows,
+    )
+    return head + "\n" + table
+
+
 # -- printing ----------------------------------------------------------------------------
 
 
@@ -286,7 +435,7 @@ def render(results: dict[str, Any]) -> str:
         enq = summary["enqueue"].get(name, {})
         rows.append(
             [
-                TITLES.get(name, name),
+                _title(results, name),
                 _fmt(best and best["median_rate"]),
                 _label(best["point"]) if best else "-",
                 _fmt(lat.get("p50_ms"), ".2f"),
@@ -312,13 +461,15 @@ def render(results: dict[str, Any]) -> str:
         )
     )
     extras = [
-        [TITLES.get(n, n) + ": " + k, _fmt(v)]
+        [_title(results, n) + ": " + k, _fmt(v)]
         for n, enq in summary["enqueue"].items()
         for k, v in enq.items()
-        if k not in ("one_by_one", "concurrent", "bulk")
+        if k not in ("one_by_one", "concurrent", "bulk") and not k.startswith(BASELINE + " ")
     ]
     if extras:
         parts.append(_table(["other enqueue variants", "jobs/s"], extras))
+    if results.get("before_after"):
+        parts.append(_render_before_after(results))
 
     sweep = sorted(
         summary["throughput"],
@@ -335,7 +486,7 @@ def render(results: dict[str, Any]) -> str:
             ["throughput sweep", "config", "median jobs/s", "runs"],
             [
                 [
-                    TITLES.get(r["system"], r["system"]),
+                    _title(results, r["system"]),
                     _label(r["point"]),
                     _fmt(r["median_rate"]),
                     " ".join(f"{x:,.0f}" for x in r["rates"]),

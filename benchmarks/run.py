@@ -487,6 +487,8 @@ async def main(args: argparse.Namespace) -> int:
         results["meta"]["baseline"] = dataclasses.asdict(args.baseline_commit)
     results["summary"] = report.summarise(results)
     results["targets"] = report.targets(results["summary"], results)
+    if "baseline" in results["systems"]:
+        results["before_after"] = report.before_after(results)
     print()
     print(report.render(results))
     if "profile" in results:
