@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import sql
 
-from benchmarks.common import connect, percentile, wait_until_false, workers
+from benchmarks.common import WorkerProcess, connect, percentile, wait_until_false, workers
 from benchmarks.systems import Point, System
 
 POLL_INTERVAL = 0.01
@@ -133,6 +134,40 @@ async def latency(system: System, point: Point, count: int, log_dir: Path) -> di
             value = await proc.next_latency(within=15.0)
             if i >= 5:  # the first five warm up both sides
                 samples.append(value)
+    return _latency_result(samples, proc)
+
+
+async def latency_in_turns(systems: list[System], count: int, log_dir: Path) -> dict[str, Any]:
+    """`latency` of several systems at once, each sample's system taking its turn.
+
+    Every system's idle worker runs throughout; one job at a time, 10-20 ms apart, each
+    turn sending one to every system in a shuffled order, so that the systems' samples
+    come from the same seconds. Returns each system's result by name."""
+    for system in systems:
+        await system.reset()
+        await settle(system)
+    async with contextlib.AsyncExitStack() as stack:
+        procs = {}
+        for system in systems:
+            args = worker_args(system, system.latency_point(), "serve")
+            tag = f"{system.name}-latency"
+            (procs[system.name],) = await stack.enter_async_context(workers(args, 1, log_dir, tag))
+        for proc in procs.values():
+            proc.go()
+        await asyncio.sleep(1.0)  # connected, listening, idle
+        samples: dict[str, list[float]] = {system.name: [] for system in systems}
+        for i in range(count + 5):
+            for system in random.sample(systems, len(systems)):
+                await asyncio.sleep(random.uniform(0.010, 0.020))
+                sent_at = time.time()
+                await system.enqueue_stamp(sent_at)
+                value = await procs[system.name].next_latency(within=15.0)
+                if i >= 5:
+                    samples[system.name].append(value)
+    return {name: _latency_result(samples[name], procs[name]) for name in samples}
+
+
+def _latency_result(samples: list[float], proc: WorkerProcess) -> dict[str, Any]:
     ms = [s * 1000 for s in samples]
     return {
         **({"code": [proc.code]} if proc.code else {}),
@@ -146,9 +181,12 @@ async def latency(system: System, point: Point, count: int, log_dir: Path) -> di
 
 
 BLOCKS = 10
+# Blocks of `enqueue_in_turns`'s concurrent part (quick: 200 jobs each, full: 1,000).
+CONCURRENT_BLOCKS = 5
+K = TypeVar("K")
 
 
-async def _interleaved(calls: dict[str, Any], count: int) -> dict[str, float]:
+async def _interleaved(calls: dict[K, Any], count: int) -> dict[K, float]:
     """Rates of calls made one after another, ``count`` of each, measured in turns.
 
     The calls take turns in blocks of ``count / BLOCKS`` (their order shuffled in each
@@ -169,20 +207,12 @@ async def _interleaved(calls: dict[str, Any], count: int) -> dict[str, float]:
     return {name: block * BLOCKS / seconds for name, seconds in spent.items()}
 
 
-async def enqueue(system: System, sizes: Sizes, partner: System | None = None) -> dict[str, Any]:
-    """Jobs/s written: one by one, from concurrent coroutines, and with the batch API.
-
-    With a ``partner`` (asyncq's baseline), the partner's one-by-one calls take their
-    turns with this system's, on the partner's own (emptied) database, reported as
-    ``"<partner> <call>"``: a ratio between the two is then not moved by the drift."""
+async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
+    """Jobs/s written: one by one, from concurrent coroutines, and with the batch API."""
     result: dict[str, Any] = {}
     await system.reset()
     await settle(system)
     calls = {"one_by_one": system.enqueue_one, **system.extra_enqueue()}
-    if partner is not None:
-        await partner.reset()
-        await settle(partner)
-        calls.update({f"{partner.name} {k}": call for k, call in partner.in_turns().items()})
     result.update(await _interleaved(calls, sizes.one_by_one))
 
     if system.supports_concurrent_enqueue:
@@ -213,3 +243,67 @@ async def enqueue(system: System, sizes: Sizes, partner: System | None = None) -
         left -= chunk
     result["bulk"] = sizes.bulk / (time.perf_counter() - started)
     return result
+
+
+async def enqueue_in_turns(systems: list[System], sizes: Sizes) -> dict[str, dict[str, Any]]:
+    """`enqueue` of several systems (asyncq and its baseline) with every part in turns.
+
+    One by one: the first system's calls (with its references, as in `enqueue`) and the
+    others' `System.in_turns` calls, in the blocks of `_interleaved`. From concurrent
+    coroutines: `CONCURRENT_BLOCKS` blocks of ``sizes.concurrent / CONCURRENT_BLOCKS``
+    jobs each, the systems taking turns. Bulk: one call of ``sizes.bulk_chunk`` jobs at a
+    time, the systems taking turns. The order in every turn is shuffled. Returns each
+    system's result by name, with the same keys as `enqueue`'s."""
+    first, others = systems[0], systems[1:]
+    for system in systems:
+        await system.reset()
+        await settle(system)
+    calls: dict[tuple[str, str], Any] = {
+        (first.name, "one_by_one"): first.enqueue_one,
+        **{(first.name, k): call for k, call in first.extra_enqueue().items()},
+    }
+    for other in others:
+        calls.update({(other.name, k): call for k, call in other.in_turns().items()})
+    results: dict[str, dict[str, Any]] = {system.name: {} for system in systems}
+    for (name, kind), rate in (await _interleaved(calls, sizes.one_by_one)).items():
+        results[name][kind] = rate
+
+    each = max(1, sizes.concurrent // sizes.coroutines // CONCURRENT_BLOCKS)
+    spent = {system.name: 0.0 for system in systems}
+    for system in systems:
+        await system.reset()
+        await system.enqueue_concurrent_setup(sizes.coroutines)
+    try:
+
+        async def producer(system: System) -> None:
+            for _ in range(each):
+                await system.enqueue_concurrent_one()
+
+        for system in systems:
+            await asyncio.gather(*(system.enqueue_concurrent_one() for _ in range(20)))
+        for _ in range(CONCURRENT_BLOCKS):
+            for system in random.sample(systems, len(systems)):
+                started = time.perf_counter()
+                await asyncio.gather(*(producer(system) for _ in range(sizes.coroutines)))
+                spent[system.name] += time.perf_counter() - started
+    finally:
+        for system in systems:
+            await system.enqueue_concurrent_teardown()
+    for name, seconds in spent.items():
+        results[name]["concurrent"] = each * sizes.coroutines * CONCURRENT_BLOCKS / seconds
+
+    calls_each = max(1, sizes.bulk // sizes.bulk_chunk)
+    spent = {system.name: 0.0 for system in systems}
+    for system in systems:
+        await system.reset()
+        await settle(system)
+    for system in systems:
+        await system.enqueue_bulk(sizes.bulk_chunk)  # warm-up
+    for _ in range(calls_each):
+        for system in random.sample(systems, len(systems)):
+            started = time.perf_counter()
+            await system.enqueue_bulk(sizes.bulk_chunk)
+            spent[system.name] += time.perf_counter() - started
+    for name, seconds in spent.items():
+        results[name]["bulk"] = calls_each * sizes.bulk_chunk / seconds
+    return results

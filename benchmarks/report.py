@@ -282,9 +282,9 @@ def before_after(results: dict[str, Any]) -> dict[str, Any]:
     """asyncq (the working tree) against asyncq at the baseline commit, measure by measure.
 
     ratio = current / baseline of the medians over the rounds; "rounds" has the ratio of
-    each round's pair. "how": "back to back" for a drain, a pickup run or an enqueue phase
-    of each, one right after the other; "interleaved" for the one-by-one defers, timed in
-    blocks of calls taking turns within asyncq's enqueue phase.
+    each round's pair. "how": "back to back" for the drains (one right after the other);
+    "interleaved" for pickup samples and enqueue calls or blocks, which take turns (see
+    `measure.latency_in_turns` and `measure.enqueue_in_turns`).
     """
     rows: list[dict[str, Any]] = []
 
@@ -319,24 +319,13 @@ def before_after(results: dict[str, Any]) -> dict[str, Any]:
                 "ms",
                 by_round(results["latency"], CURRENT, lambda r, q=q: r.get(q)),
                 by_round(results["latency"], BASELINE, lambda r, q=q: r.get(q)),
-                "back to back",
+                "interleaved",
             )
         )
     enqueue = results["enqueue"]
     for measure, key in (
         ("defer() one by one", "one_by_one"),
         (OWN_CONNECTION_LABEL + " one by one", OWN_CONNECTION_LABEL),
-    ):
-        rows.append(
-            _pair(
-                measure,
-                "jobs/s",
-                by_round(enqueue, CURRENT, lambda r, k=key: r.get(k)),
-                by_round(enqueue, CURRENT, lambda r, k=key: r.get(f"{BASELINE} {k}")),
-                "interleaved",
-            )
-        )
-    for measure, key in (
         ("defer() from 50 coroutines", "concurrent"),
         ("defer_many (bulk)", "bulk"),
     ):
@@ -346,7 +335,7 @@ def before_after(results: dict[str, Any]) -> dict[str, Any]:
                 "jobs/s",
                 by_round(enqueue, CURRENT, lambda r, k=key: r.get(k)),
                 by_round(enqueue, BASELINE, lambda r, k=key: r.get(k)),
-                "back to back",
+                "interleaved",
             )
         )
     rows = [r for r in rows if r["current"] is not None or r["baseline"] is not None]
@@ -464,7 +453,7 @@ def render(results: dict[str, Any]) -> str:
         [_title(results, n) + ": " + k, _fmt(v)]
         for n, enq in summary["enqueue"].items()
         for k, v in enq.items()
-        if k not in ("one_by_one", "concurrent", "bulk") and not k.startswith(BASELINE + " ")
+        if k not in ("one_by_one", "concurrent", "bulk")
     ]
     if extras:
         parts.append(_table(["other enqueue variants", "jobs/s"], extras))

@@ -326,56 +326,66 @@ class Runner:
         elif "error" in run and "rate" in run:
             self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
 
-    async def measure_latency(self, system: System, repeat: int) -> None:
-        name = system.name
-        lat = await self.guarded(
-            f"{name} latency",
-            partial(
-                measure.latency,
-                system,
-                system.latency_point(),
-                sizes(self.args).latency_jobs,
-                self.log_dir,
-            ),
-        )
-        lat.update(system=name, repeat=repeat, point=point_dict(system.latency_point()))
-        self.check_code(system, lat)
-        self.results["latency"].append(lat)
-        if "error" not in lat:
-            self.say(f"  {name:13} pickup p50 {lat['p50_ms']:.2f} ms  p95 {lat['p95_ms']:.2f} ms")
+    async def measure_latency(self, group: list[System], repeat: int) -> None:
+        """Pickup latency of one system, or of a group's systems taking turns sample by
+        sample (`measure.latency_in_turns`)."""
+        names = [system.name for system in group]
+        count, log_dir = sizes(self.args).latency_jobs, self.log_dir
 
-    async def measure_enqueue(self, system: System, repeat: int, partner: System | None) -> None:
-        name = system.name
-        enq = await self.guarded(
-            f"{name} enqueue", partial(measure.enqueue, system, sizes(self.args), partner)
-        )
-        enq.update(system=name, repeat=repeat)
-        self.results["enqueue"].append(enq)
-        if "error" not in enq:
-            rates = ", ".join(f"{k} {v:,.0f}/s" for k, v in enq.items() if isinstance(v, float))
-            self.say(f"  {name:13} enqueue: {rates}")
+        async def run() -> dict[str, Any]:
+            if len(group) > 1:
+                return await measure.latency_in_turns(group, count, log_dir)
+            system = group[0]
+            point = system.latency_point()
+            return {system.name: await measure.latency(system, point, count, log_dir)}
+
+        found = await self.guarded(f"{' and '.join(names)} latency", run)
+        for system in group:
+            lat = {"error": found["error"]} if "error" in found else found[system.name]
+            lat.update(system=system.name, repeat=repeat, point=point_dict(system.latency_point()))
+            self.check_code(system, lat)
+            self.results["latency"].append(lat)
+            if "error" not in lat:
+                self.say(
+                    f"  {system.name:13} pickup p50 {lat['p50_ms']:.2f} ms"
+                    f"  p95 {lat['p95_ms']:.2f} ms"
+                )
+
+    async def measure_enqueue(self, group: list[System], repeat: int) -> None:
+        """Enqueue rates of one system, or of a group's systems taking turns at every part
+        (`measure.enqueue_in_turns`)."""
+        names = [system.name for system in group]
+        size = sizes(self.args)
+
+        async def run() -> dict[str, Any]:
+            if len(group) > 1:
+                return await measure.enqueue_in_turns(group, size)
+            return {group[0].name: await measure.enqueue(group[0], size)}
+
+        found = await self.guarded(f"{' and '.join(names)} enqueue", run)
+        for system in group:
+            enq = {"error": found["error"]} if "error" in found else found[system.name]
+            enq.update(system=system.name, repeat=repeat)
+            self.results["enqueue"].append(enq)
+            if "error" not in enq:
+                rates = ", ".join(f"{k} {v:,.0f}/s" for k, v in enq.items() if isinstance(v, float))
+                self.say(f"  {system.name:13} enqueue: {rates}")
 
     async def one_round(self, repeat: int) -> None:
         parts = self.args.parts
         for group in self.groups():
-            # In a group (asyncq and its baseline) the members take turns at every
-            # measurement, the one that goes first alternating from one to the next.
-            turn = repeat - 1
             if "throughput" in parts:
+                # asyncq and its baseline drain back to back at each configuration, the
+                # one that goes first alternating from one configuration to the next.
                 first = group[0]
-                for point in first.sweep(self.args.quick) + scaling(first.name, self.args.quick):
-                    for system in in_turn(group, turn):
+                points = first.sweep(self.args.quick) + scaling(first.name, self.args.quick)
+                for i, point in enumerate(points):
+                    for system in in_turn(group, repeat - 1 + i):
                         await self.measure_throughput(system, point, repeat)
-                    turn += 1
             if "latency" in parts:
-                for system in in_turn(group, turn):
-                    await self.measure_latency(system, repeat)
-                turn += 1
+                await self.measure_latency(group, repeat)
             if "enqueue" in parts:
-                for system in in_turn(group, turn):
-                    # asyncq's one-by-one defers take their turns with the baseline's.
-                    partner = group[1] if len(group) > 1 and system is group[0] else None
-                    await self.measure_enqueue(system, repeat, partner)
+                await self.measure_enqueue(group, repeat)
 
     def best_asyncq_point(self) -> Point:
         """asyncq's fastest single-process configuration so far (c=100 b=100 if none)."""
