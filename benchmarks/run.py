@@ -375,12 +375,13 @@ class Runner:
         parts = self.args.parts
         for group in self.groups():
             if "throughput" in parts:
-                # asyncq and its baseline drain back to back at each configuration, the
-                # one that goes first alternating from one configuration to the next.
+                # asyncq and its baseline drain back to back at each configuration, in
+                # the same order all round (so that neither drains twice in a row: a
+                # drain right after one of the same system's ran slower), the one that
+                # goes first alternating from one round to the next.
                 first = group[0]
-                points = first.sweep(self.args.quick) + scaling(first.name, self.args.quick)
-                for i, point in enumerate(points):
-                    for system in in_turn(group, repeat - 1 + i):
+                for point in first.sweep(self.args.quick) + scaling(first.name, self.args.quick):
+                    for system in in_turn(group, repeat - 1):
                         await self.measure_throughput(system, point, repeat)
             if "latency" in parts:
                 await self.measure_latency(group, repeat)
