@@ -261,19 +261,22 @@ def _pair(
     baseline: dict[int, float],
     how: str,
 ) -> dict[str, Any]:
-    """One measure: the medians over the rounds, their ratio, and each round's ratio."""
+    """One measure: the medians over the rounds, their ratio, each round's ratio and the
+    median of those."""
     cur, base = median(list(current.values())), median(list(baseline.values()))
+    rounds = [
+        round(current[r] / baseline[r], 4)
+        for r in sorted(current.keys() & baseline.keys())
+        if baseline[r]
+    ]
     return {
         "measure": measure,
         "unit": unit,
         "current": cur,
         "baseline": base,
         "ratio": _ratio(cur, base),
-        "rounds": [
-            round(current[r] / baseline[r], 4)
-            for r in sorted(current.keys() & baseline.keys())
-            if baseline[r]
-        ],
+        "rounds": rounds,
+        "rounds_median": median(rounds),
         "how": how,
     }
 
@@ -282,9 +285,9 @@ def before_after(results: dict[str, Any]) -> dict[str, Any]:
     """asyncq (the working tree) against asyncq at the baseline commit, measure by measure.
 
     ratio = current / baseline of the medians over the rounds; "rounds" has the ratio of
-    each round's pair. "how": "back to back" for the drains (one right after the other);
-    "interleaved" for pickup samples and enqueue calls or blocks, which take turns (see
-    `measure.latency_in_turns` and `measure.enqueue_in_turns`).
+    each round's pair, "rounds_median" their median. "how": "back to back" for the
+    drains (one right after the other); "interleaved" for pickup samples and enqueue
+    calls or blocks, which take turns (`measure.latency_in_turns`, `.enqueue_in_turns`).
     """
     rows: list[dict[str, Any]] = []
 
@@ -360,8 +363,9 @@ def _render_before_after(results: dict[str, Any]) -> str:
         f" ({base.get('subject', '?')})\n"
         f"  code: {code.get(CURRENT, '?')} against {code.get(BASELINE, '?')}"
         " (every worker process says which it ran)\n"
-        "  ratio = current / baseline of the medians: for jobs/s above 1.00x is faster,"
-        " for ms above 1.00x is slower; per round, the ratio of each round's pair"
+        "  ratio = current / baseline of the medians (for jobs/s above 1.00x is faster,"
+        " for ms above 1.00x is slower);\n  per round: the ratio of each round's pair,"
+        " and their median"
     )
     rows = [
         [
@@ -370,13 +374,23 @@ def _render_before_after(results: dict[str, Any]) -> str:
             _fmt(r["current"], ",.2f" if r["unit"] == "ms" else ",.0f"),
             _fmt(r["baseline"], ",.2f" if r["unit"] == "ms" else ",.0f"),
             _fmt(r["ratio"], ".3f") + ("x" if r["ratio"] is not None else ""),
+            _fmt(r.get("rounds_median"), ".3f") + ("x" if r.get("rounds_median") else ""),
             " ".join(f"{x:.3f}" for x in r["rounds"]) or "-",
             r["how"],
         ]
         for r in data["rows"]
     ]
     table = _table(
-        ["before/after", "unit", data["current"], data["baseline"], "ratio", "per round", "how"],
+        [
+            "before/after",
+            "unit",
+            data["current"],
+            data["baseline"],
+            "ratio",
+            "rounds' median",
+            "per round",
+            "how",
+        ],
         rows,
     )
     return head + "\n" + table
