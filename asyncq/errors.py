@@ -10,6 +10,7 @@
     ├── SchemaNotMigrated         the jobs table is missing or older than this asyncq
     ├── TaskNotFound              a job names a task this worker does not know
     ├── TaskArgumentsMismatch     a job's stored arguments do not fit its function
+    ├── UndecodableArguments      a job's stored arguments cannot be read back in Python
     └── NotInJob                  current_job() outside a running job
 
 Each error's docstring is its default message.
@@ -59,6 +60,10 @@ class TaskNotFound(AsyncqError):
 
 class TaskArgumentsMismatch(AsyncqError):
     """The job's stored arguments do not fit the task's function."""
+
+
+class UndecodableArguments(AsyncqError):
+    """The job's stored arguments cannot be decoded in Python."""
 
 
 class NotInJob(AsyncqError):

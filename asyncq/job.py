@@ -1,17 +1,22 @@
 """Jobs and their states.
 
 A job moves through these states; every arrow out of ``running`` is written
-only by the worker that still holds the job's lease for that attempt, or by
-the reaper once that lease has expired::
+only by the worker that still holds the job's lease for that claim, or by the
+reaper once that lease has expired::
 
-                 claim                 success
-    queued ─────────────▶ running ─────────────▶ done
+                 claim                    returned
+    queued ─────────────▶ running ───────────────────────▶ done
       ▲                    │  │
-      │  retry (backoff),  │  │ error, attempts used up
-      │  lease expired,    │  ▼
-      └──── released ──────┘ failed ──▶ (a person requeues it, or not)
+      │  error or Retry    │  │ error, attempts used up;
+      │  (backoff); Snooze;│  │ Discard; undecodable arguments;
+      │  lease expired;    │  │ handed back once too often
+      │  handed back       │  ▼
+      └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
 ``cancelled`` is reserved for jobs a person cancels before they run.
+
+Every claim of a row adds one to its ``claims``, which nothing resets: the claim a
+worker holds a job by is the fence of all its writes for that attempt.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import contextvars
 import enum
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from asyncq.errors import NotInJob
 
@@ -34,14 +39,16 @@ class Status(enum.StrEnum):
 
 class Job(NamedTuple):
     """A claimed job, as the worker runs it (a tuple: made for every job, it costs a
-    third of a frozen dataclass)."""
+    third of a frozen dataclass). ``args`` is the stored JSON text, decoded when the job
+    runs; ``claim`` is the row's claim count, the fence of this attempt's writes."""
 
     id: int
     task_name: str
     queue: str
-    args: Any
+    args: str
     attempt: int
     max_attempts: int
+    claim: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,22 +83,3 @@ def set_current_job(context: JobContext) -> contextvars.Token[JobContext]:
 
 def reset_current_job(token: contextvars.Token[JobContext]) -> None:
     _current.reset(token)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RequeueResult:
-    """What `App.requeue` did: the ids put back in the queue, and why others were not."""
-
-    requeued: list[int]
-    refused: dict[int, str]
-
-
-def refusal(status: str | None) -> str:
-    """Why a job in ``status`` (None: no such job) cannot be requeued."""
-    if status is None:
-        return "no such job"
-    if status in (Status.FAILED, Status.CANCELLED):
-        return f"{status}, but a live job holds its unique key"
-    if status == Status.QUEUED:
-        return "already queued"
-    return f"{status}: only failed or cancelled jobs can be requeued"

@@ -33,6 +33,18 @@ class NewJob(NamedTuple):
     max_attempts: int
 
 
+class WorkerFacts(NamedTuple):
+    schema: str
+    channel: str
+    server_encoding: str
+
+
+def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
+    """The parameters every write after the claim is fenced on: this worker, each job's
+    id and the claim it holds it by."""
+    return {"worker": worker, "ids": [j.id for j in jobs], "claims": [j.claim for j in jobs]}
+
+
 REQUEUE_TRIES = 5
 
 # The schema objects a query may name, outside string literals.
@@ -121,18 +133,11 @@ class Store:
         else:
             query = self.q["claim_any"]
         cur = await conn.execute(query, params)
-        return [
-            Job(id=r[0], task_name=r[1], queue=r[2], args=r[3], attempt=r[4], max_attempts=r[5])
-            for r in await cur.fetchall()
-        ]
+        return [Job._make(row) for row in await cur.fetchall()]
 
-    async def mark_done(
-        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-    ) -> set[int]:
+    async def mark_done(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
         """Mark jobs done; returns the ids this worker still owned."""
-        cur = await conn.execute(
-            self.q["mark_done"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-        )
+        cur = await conn.execute(self.q["mark_done"], _fence(worker, jobs))
         return {int(r[0]) for r in await cur.fetchall()}
 
     async def mark_failed(
@@ -140,66 +145,68 @@ class Store:
         conn: Conn,
         *,
         worker: str,
-        ids: Sequence[int],
-        attempts: Sequence[int],
+        jobs: Sequence[Job],
         retry_in: Sequence[float],
         errors: Sequence[str],
         give_up: Sequence[bool],
     ) -> dict[int, str]:
         """Record failed attempts; returns the new status of each job this worker still owned."""
-        cur = await conn.execute(
-            self.q["mark_failed"],
-            {
-                "worker": worker,
-                "ids": list(ids),
-                "attempts": list(attempts),
-                "retry_in": list(retry_in),
-                "errors": list(errors),
-                "give_up": list(give_up),
-            },
-        )
+        params = _fence(worker, jobs)
+        params.update(retry_in=list(retry_in), errors=list(errors), give_up=list(give_up))
+        cur = await conn.execute(self.q["mark_failed"], params)
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def mark_snoozed(
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job], after: Sequence[float]
+    ) -> dict[int, str]:
+        params = _fence(worker, jobs)
+        params["after"] = list(after)
+        cur = await conn.execute(self.q["mark_snoozed"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def release(
-        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-    ) -> set[int]:
-        cur = await conn.execute(
-            self.q["release"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-        )
-        return {int(r[0]) for r in await cur.fetchall()}
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job], free_handbacks: int
+    ) -> dict[int, str]:
+        """Hand jobs back at shutdown; returns the new status of each job still owned."""
+        params = _fence(worker, jobs)
+        params["free"] = free_handbacks
+        cur = await conn.execute(self.q["release"], params)
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
-    async def heartbeat(
-        self, conn: Conn, *, worker: str, ids: Sequence[int], attempts: Sequence[int]
-    ) -> set[int]:
+    async def heartbeat(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
         """Renew leases; returns the ids whose lease this worker still holds."""
-        cur = await conn.execute(
-            self.q["heartbeat"], {"worker": worker, "ids": list(ids), "attempts": list(attempts)}
-        )
+        cur = await conn.execute(self.q["heartbeat"], _fence(worker, jobs))
         return {int(r[0]) for r in await cur.fetchall()}
 
-    async def reap_expired(self, conn: Conn, *, schema: str, limit: int) -> dict[int, str] | None:
-        """Return jobs with expired leases to the queue (or to failed).
+    async def try_lock(self, conn: Conn, *, name: str, schema: str) -> bool:
+        """Take the transaction's advisory lock on ``name`` for ``schema``; False if another
+        session holds it. Call inside a transaction: the lock ends with it."""
+        row = await (
+            await conn.execute(self.q["try_lock"], {"name": name, "schema": schema})
+        ).fetchone()
+        return bool(row and row[0])
 
-        Runs in one transaction under an advisory lock; returns None when another
-        worker's reaper holds it.
-        """
-        async with conn.transaction():
-            lock = await conn.execute(self.q["try_reaper_lock"], {"schema": schema})
-            row = await lock.fetchone()
-            if row is None or not row[0]:
-                return None
-            cur = await conn.execute(self.q["reap_expired"], {"limit": limit})
-            return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+    async def reap_expired(self, conn: Conn, *, limit: int) -> dict[int, str]:
+        """Return jobs with expired leases to the queue (or to failed)."""
+        cur = await conn.execute(self.q["reap_expired"], {"limit": limit})
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def prune_done(self, conn: Conn, *, retention: timedelta, limit: int) -> int:
         cur = await conn.execute(self.q["prune_done"], {"retention": retention, "limit": limit})
         return cur.rowcount
 
-    async def find_jobs_table(self, conn: Conn) -> str | None:
-        """The schema holding ``asyncq_jobs`` on this connection's search path, if any."""
-        cur = await conn.execute(self.q["find_jobs_table"], {"schema": self.schema})
+    async def worker_facts(self, conn: Conn) -> WorkerFacts | None:
+        """Where the jobs table is, its wake-up channel and the server's encoding; None
+        when there is no jobs table."""
+        cur = await conn.execute(self.q["worker_facts"], {"schema": self.schema})
         row = await cur.fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else WorkerFacts(*row)
+
+    async def next_due(self, conn: Conn, *, queues: Sequence[str] | None) -> float | None:
+        """Seconds until the earliest queued job that is not ready yet comes due."""
+        params = {"queues": list(queues) if queues else None}
+        row = await (await conn.execute(self.q["next_due"], params)).fetchone()
+        return None if row is None or row[0] is None else row[0] / 1000
 
     async def missing_worker_privileges(self, conn: Conn, schema: str) -> list[str]:
         """What the connected role lacks to run a worker on ``schema``'s jobs table."""

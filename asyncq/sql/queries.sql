@@ -48,6 +48,8 @@ SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
 RETURNING id
 
 -- name: claim_any
+-- The lease runs from when the row is written (clock_timestamp()), not from when the
+-- statement began (now()): a claim that waited behind a table lock gets a whole lease.
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now()
@@ -56,11 +58,12 @@ WITH next AS MATERIALIZED (
        FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE asyncq_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-       locked_at = now(), lease = %(lease)s, expires_at = now() + %(lease)s
+   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
+       locked_by = %(worker)s, locked_at = clock_timestamp(), lease = %(lease)s,
+       expires_at = clock_timestamp() + %(lease)s
   FROM next
  WHERE j.id = next.id
-RETURNING j.id, j.task_name, j.queue, j.args, j.attempts, j.max_attempts
+RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
 
 -- name: claim_queues
 WITH next AS MATERIALIZED (
@@ -71,17 +74,18 @@ WITH next AS MATERIALIZED (
        FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE asyncq_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-       locked_at = now(), lease = %(lease)s, expires_at = now() + %(lease)s
+   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
+       locked_by = %(worker)s, locked_at = clock_timestamp(), lease = %(lease)s,
+       expires_at = clock_timestamp() + %(lease)s
   FROM next
  WHERE j.id = next.id
-RETURNING j.id, j.task_name, j.queue, j.args, j.attempts, j.max_attempts
+RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
 
 -- name: mark_done
 UPDATE asyncq_jobs AS j
    SET status = 'done', finished_at = now(), expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
- WHERE j.id = f.id AND j.attempts = f.attempt
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+ WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id
 
@@ -96,32 +100,57 @@ UPDATE asyncq_jobs AS j
        finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts THEN now() END,
        last_error = f.error,
        expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(retry_in)s::float8[],
-              %(errors)s::text[], %(give_up)s::bool[]) AS f(id, attempt, retry_in, error, give_up)
- WHERE j.id = f.id AND j.attempts = f.attempt
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(retry_in)s::float8[],
+              %(errors)s::text[], %(give_up)s::bool[]) AS f(id, claim, retry_in, error, give_up)
+ WHERE j.id = f.id AND j.claims = f.claim
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id, j.status::text
+
+-- name: mark_snoozed
+-- The task asked to run again later: back to queued, the attempt not counted.
+UPDATE asyncq_jobs AS j
+   SET status = 'queued', attempts = j.attempts - 1,
+       run_at = now() + make_interval(secs => f.after), expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(after)s::float8[])
+       AS f(id, claim, after)
+ WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id, j.status::text
 
 -- name: release
--- Hand unfinished jobs back at shutdown: the attempt is not counted.
+-- Hand unfinished jobs back at shutdown. The first hand-backs of a job do not count its
+-- attempt; after %(free)s of them each one does (a job longer than the grace period,
+-- stopped by every deploy, must not loop forever), and the last fails the job.
 UPDATE asyncq_jobs AS j
-   SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
-       locked_at = NULL, expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
- WHERE j.id = f.id AND j.attempts = f.attempt
+   SET status = CASE WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
+                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+       attempts = CASE WHEN j.handbacks >= %(free)s THEN j.attempts ELSE j.attempts - 1 END,
+       handbacks = j.handbacks + 1,
+       run_at = now(), locked_at = NULL, expires_at = NULL,
+       finished_at = CASE WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
+                          THEN now() END,
+       last_error = CASE WHEN j.handbacks >= %(free)s
+                         THEN format('HandedBack: attempt %%s of %%s was stopped by a worker''s'
+                                     || ' shutdown before it ended; after %%s hand-backs that'
+                                     || ' did not count, each one counts',
+                                     j.attempts, j.max_attempts, %(free)s)
+                         ELSE j.last_error END
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+ WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id
+RETURNING j.id, j.status::text
 
 -- name: heartbeat
 UPDATE asyncq_jobs AS j
-   SET locked_at = now(), expires_at = now() + j.lease
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
- WHERE j.id = f.id AND j.attempts = f.attempt
+   SET locked_at = clock_timestamp(), expires_at = clock_timestamp() + j.lease
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+ WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id
 
--- name: try_reaper_lock
-SELECT pg_try_advisory_xact_lock(hashtext('asyncq.reaper.' || %(schema)s::text))
+-- name: try_lock
+-- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
+SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || %(schema)s::text))
 
 -- name: reap_expired
 -- Jobs whose worker stopped renewing the lease: the attempt counts.
@@ -148,12 +177,25 @@ DELETE FROM asyncq_jobs
                ORDER BY finished_at
                LIMIT %(limit)s)
 
--- name: find_jobs_table
--- The schema that holds the jobs table: the App's schema, else the current schema.
-SELECT n.nspname
+-- name: worker_facts
+-- What a worker needs to know of the database before it starts: the schema that holds
+-- the jobs table (the App's, else the current one), its wake-up channel (the expression
+-- of the notify triggers in migration 0002), and the server's encoding.
+SELECT n.nspname,
+       CASE WHEN octet_length('asyncq.' || n.nspname) <= 63 THEN 'asyncq.' || n.nspname
+            ELSE 'asyncq.' || md5(n.nspname) END,
+       current_setting('server_encoding')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname = 'asyncq_jobs' AND c.relkind = 'r'
    AND n.nspname = coalesce(%(schema)s::text, current_schema())
+
+-- name: next_due
+-- Milliseconds until the earliest queued job that is not ready yet comes due: what a
+-- worker waits for when it (re)connects, having missed the notifications in between.
+SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint
+  FROM asyncq_jobs
+ WHERE status = 'queued' AND run_at > now()
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 
 -- name: missing_worker_privileges
 -- What the connected role lacks to run a worker: read every column, write the state
@@ -164,8 +206,8 @@ SELECT 'SELECT (' || a.attname || ')'
    AND NOT has_column_privilege(%(table)s::regclass, a.attnum, 'SELECT')
 UNION ALL
 SELECT 'UPDATE (' || c || ')'
-  FROM unnest(ARRAY['status', 'attempts', 'run_at', 'locked_by', 'locked_at', 'lease',
-                    'expires_at', 'last_error', 'finished_at']) AS c
+  FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
+                    'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
@@ -179,7 +221,7 @@ SELECT 'SELECT on the migrations table'
 -- left alone (the caller reports it), and so is a job whose unique key a live job holds.
 -- Of several jobs sharing a unique key, only the newest comes back: one live job per key.
 UPDATE asyncq_jobs AS j
-   SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+   SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
        locked_by = NULL, locked_at = NULL, expires_at = NULL
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
    AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
@@ -192,7 +234,7 @@ RETURNING j.id
 
 -- name: requeue_failed
 UPDATE asyncq_jobs AS j
-   SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
+   SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
        locked_by = NULL, locked_at = NULL, expires_at = NULL
  WHERE j.status = 'failed'
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))

@@ -1,9 +1,18 @@
-"""The worker runtime: one service per responsibility, wired by the supervisor.
+"""The worker runtime: one module per concern, composed by the supervisor.
 
-- ``listener``: the dedicated LISTEN connection that wakes the producer
-- ``producer``: claims batches sized to free slots
-- ``executor``: runs one job and decides its outcome
-- ``completer``: writes outcomes in batches, fenced by attempt
-- ``heartbeat``: renews the leases of every job this worker holds
-- ``reaper``: returns jobs with expired leases, prunes old done rows
+- ``settings``: every worker option, its default and bounds, written once
+- ``supervisor``: checks the database, starts the services, runs shutdown in order
+- ``services``: how a service runs, and the one retry-with-backoff helper they share
+- ``listener``: the dedicated LISTEN connection; wakes the claim loops, also when a job
+  comes due (``wakeup``)
+- ``producer``: the claim loops, batches sized to the free ``slots``
+- ``dispatch``: the runners and the attempts this worker holds; stops an attempt (lease
+  lost, timeout, shutdown) and nothing else
+- ``executor``: one attempt: the task, its decoded arguments, the middleware chain
+- ``outcomes``: what an attempt's end means for its job, a pure decision
+- ``completer``: writes outcomes in batches, fenced by claim
+- ``heartbeat``: renews the lease of every job this worker holds
+- ``maintenance``: what one worker at a time does, behind one advisory-lock gate: the
+  ``rescuer`` (expired leases) and the ``pruner`` (old done rows)
+- ``observer``: the worker's events; logging and the returned counts listen to them
 """

@@ -1,168 +1,182 @@
-"""The completer: writes outcomes in batches, one statement per kind, fenced per attempt.
+"""The completer: writes outcomes in batches, one statement per kind, fenced per claim.
 
-Outcomes that arrive while a write is in flight are written together by the
-next one, so batches grow with load and a lone job is written at once.
-A job stays held (and its lease renewed) until its outcome is written.
+Outcomes that arrive while a write is in flight are written together by the next
+one, so batches grow with load and a lone job is written at once. A job stays held
+(and its lease renewed) until its outcome is written.
+
+A transient database error is retried with backoff. An error that would come back on
+every try (the database refuses a value) costs only the job at fault: the batch is
+written again one outcome at a time, and an outcome refused on its own is replaced by
+a failure that says it could not be recorded, or, if even that is refused, left to
+the job's lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import anyio
-import psycopg
 from anyio.abc import TaskStatus
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
 from asyncq.pools import KeptConnection
 from asyncq.store import Conn, Store
-from asyncq.worker.executor import Outcome
-from asyncq.worker.state import backoff_delay
-
-logger = logging.getLogger(__name__)
+from asyncq.transient import is_transient
+from asyncq.worker.observer import Observer
+from asyncq.worker.outcomes import Kind, Outcome
+from asyncq.worker.services import retrying
+from asyncq.worker.settings import FREE_HANDBACKS
 
 MAX_BATCH = 1000
 
 
 class Completer:
+    name = "completer"
+
     def __init__(
         self,
         *,
         pool: AsyncConnectionPool,
         store: Store,
         worker: str,
+        observer: Observer,
         on_written: Callable[[Job], None],
+        storable: Callable[[str], str],
     ) -> None:
         self.kept = KeptConnection(pool)
         self.store = store
         self.worker = worker
+        self.observer = observer
         self.on_written = on_written
+        self.storable = storable  # error text made storable in the database's encoding
         self._pending: list[Outcome] = []
         self._arrived = asyncio.Event()
         self._closed = False
-        self.done = 0
-        self.failed_attempts = 0
+        self._finished = asyncio.Event()
 
     def submit(self, outcome: Outcome) -> None:
         self._pending.append(outcome)
         self._arrived.set()
 
-    def close(self) -> None:
-        """No more outcomes: `run` writes what it has and returns."""
+    async def finish(self) -> None:
+        """Write what is submitted, then stop (the caller bounds the wait)."""
         self._closed = True
         self._arrived.set()
+        await self._finished.wait()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
-            await self._run()
+            while self._pending or not self._closed:
+                if not self._pending:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                    continue
+                batch = self._pending[:MAX_BATCH]
+                del self._pending[:MAX_BATCH]
+                await retrying(self.name, partial(self._write, batch), self.observer)
+            self._finished.set()
         finally:
             await self.kept.release()
 
-    async def _run(self) -> None:
-        while True:
-            if not self._pending:
-                if self._closed:
-                    return
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            batch = self._pending[:MAX_BATCH]
-            del self._pending[:MAX_BATCH]
-            await self._write(batch)
-
     async def _write(self, batch: list[Outcome]) -> None:
-        failures = 0
-        while True:
-            try:
-                await self._write_once(batch)
-                return
-            except (psycopg.Error, PoolTimeout, OSError) as exc:
-                failures += 1
-                delay = backoff_delay(failures)
-                logger.warning(
-                    "could not write %d outcomes (%s); retrying in %.1fs",
-                    len(batch),
-                    type(exc).__name__,
-                    delay,
-                    extra={"action": "complete_failed"},
-                )
-                await anyio.sleep(delay)
+        try:
+            statuses = await self._write_batch(batch)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            await self._write_each(batch, exc)
+            return
+        self._written(batch, statuses)
 
-    async def _write_once(self, batch: list[Outcome]) -> None:
-        succeeded = [o.job for o in batch if o.succeeded]
-        failed = [o for o in batch if not o.succeeded]
-        async with self.kept.connection() as conn, _together(conn, succeeded and failed):
-            if succeeded:
-                owned = await self.store.mark_done(
-                    conn,
-                    worker=self.worker,
-                    ids=[j.id for j in succeeded],
-                    attempts=[j.attempt for j in succeeded],
-                )
-                self.done += len(owned)
-                for job in succeeded:
-                    if job.id not in owned:
-                        _log_lost(job.id, job.attempt, "success")
-            if failed:
-                statuses = await self.store.mark_failed(
-                    conn,
-                    worker=self.worker,
-                    ids=[o.job.id for o in failed],
-                    attempts=[o.job.attempt for o in failed],
-                    retry_in=[o.retry_in for o in failed],
-                    errors=[o.error or "" for o in failed],
-                    give_up=[False] * len(failed),
-                )
-                self.failed_attempts += len(failed)
-                for o in failed:
-                    _log_failure(o, statuses.get(o.job.id))
+    async def _write_batch(self, batch: Sequence[Outcome]) -> dict[int, str]:
+        by_kind: dict[Kind, list[Outcome]] = {}
         for outcome in batch:
-            self.on_written(outcome.job)
+            by_kind.setdefault(outcome.kind, []).append(outcome)
+        async with self.kept.connection() as conn:
+            if len(by_kind) == 1:
+                [(kind, outcomes)] = by_kind.items()
+                return await self._statement(conn, kind, outcomes)
+            # One transaction, so that a retry never repeats half a write.
+            statuses: dict[int, str] = {}
+            async with conn.transaction():
+                for kind, outcomes in by_kind.items():
+                    statuses.update(await self._statement(conn, kind, outcomes))
+            return statuses
 
-
-def _together(conn: Conn, both: object) -> AbstractAsyncContextManager[object]:
-    """One transaction when both statements run, so a retry never repeats half a write."""
-    return conn.transaction() if both else nullcontext()
-
-
-def _log_lost(job_id: int, attempt: int, what: str) -> None:
-    logger.warning(
-        "job %d: lease lost before its %s was written (attempt %d); the result is dropped",
-        job_id,
-        what,
-        attempt,
-        extra={"action": "lease_lost", "job_id": job_id},
-    )
-
-
-def _log_failure(outcome: Outcome, status: str | None) -> None:
-    job = outcome.job
-    first_line = (outcome.error or "").splitlines()[0] if outcome.error else ""
-    if status is None:
-        _log_lost(job.id, job.attempt, "failure")
-    elif status == "failed":
-        logger.error(
-            "job %d (%s) failed for good after attempt %d of %d: %s",
-            job.id,
-            job.task_name,
-            job.attempt,
-            job.max_attempts,
-            first_line,
-            extra={"action": "job_failed", "job_id": job.id},
+    async def _statement(self, conn: Conn, kind: Kind, outcomes: list[Outcome]) -> dict[int, str]:
+        """Write outcomes of one kind; the new status of each job this worker still owned."""
+        jobs = [o.job for o in outcomes]
+        store, worker = self.store, self.worker
+        if kind is Kind.DONE:
+            return dict.fromkeys(await store.mark_done(conn, worker=worker, jobs=jobs), "done")
+        if kind is Kind.SNOOZE:
+            after = [o.delay for o in outcomes]
+            return await store.mark_snoozed(conn, worker=worker, jobs=jobs, after=after)
+        if kind is Kind.RELEASE:
+            return await store.release(
+                conn, worker=worker, jobs=jobs, free_handbacks=FREE_HANDBACKS
+            )
+        return await store.mark_failed(
+            conn,
+            worker=worker,
+            jobs=jobs,
+            retry_in=[o.delay for o in outcomes],
+            errors=[self.storable(o.error or "") for o in outcomes],
+            give_up=[o.kind is Kind.FAIL for o in outcomes],
         )
-    else:
-        logger.warning(
-            "job %d (%s) attempt %d of %d failed, retrying in %.1fs: %s",
-            job.id,
-            job.task_name,
-            job.attempt,
-            job.max_attempts,
-            outcome.retry_in,
-            first_line,
-            extra={"action": "job_retry", "job_id": job.id},
+
+    def _written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
+        observer = self.observer
+        for outcome in batch:
+            job = outcome.job
+            status = statuses.get(job.id)
+            if status is None:
+                observer.lease_lost(job, f"before its outcome ({outcome.kind.value}) was written")
+            else:
+                observer.finished(outcome, status)
+            self.on_written(job)
+
+    async def _write_each(self, batch: list[Outcome], error: Exception) -> None:
+        """The database refused the batch for good: find the outcome at fault. What is
+        written leaves ``batch``, so that a retry after a transient error repeats nothing."""
+        if len(batch) == 1:
+            await self._refused(batch[0], error)
+            batch.clear()
+            return
+        for outcome in list(batch):
+            try:
+                statuses = await self._write_batch([outcome])
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                await self._refused(outcome, exc)
+            else:
+                self._written([outcome], statuses)
+            batch.remove(outcome)
+
+    async def _refused(self, outcome: Outcome, error: Exception) -> None:
+        job = outcome.job
+        text = (
+            f"OutcomeNotRecorded: the {outcome.kind.value} outcome of attempt {job.attempt}"
+            f" could not be recorded: {type(error).__name__}: {_first_line(error)}"
         )
+        failed = Outcome(job, Kind.FAIL, error=text)
+        try:
+            statuses = await self._write_batch([failed])
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            self.observer.unrecorded(outcome, exc)
+            self.on_written(job)  # no longer held: the lease brings the job back
+            return
+        self._written([failed], statuses)
+
+
+def _first_line(error: Any) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""

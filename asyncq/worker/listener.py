@@ -1,14 +1,16 @@
-"""The notifier: one dedicated LISTEN connection, outside the pool, that wakes the producer.
+"""The listener: one dedicated LISTEN connection, outside the pools, that wakes the claim
+loops.
 
-It checks its own health with a round trip on a timer (a dead socket can stay
-silent), reconnects with backoff and jitter, and wakes the producer after every
-(re)connect so that jobs deferred while it was deaf are claimed at once.
+A notification of jobs ready now wakes a claim loop at once; one of jobs that come due
+later (a delayed job, a retry) sets a timer for then (`DueTimes`). The connection checks
+its own health with a round trip on a timer (a dead socket can stay silent), reconnects
+with backoff, and after every (re)connect wakes a claim loop and asks the database when
+the next job comes due, for what it may have missed while it was not listening.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -17,32 +19,44 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg import sql
 
-from asyncq.worker.state import Wakeup, backoff_delay
+from asyncq.store import Store
+from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.worker.observer import Observer
+from asyncq.worker.services import Tries
+from asyncq.worker.wakeup import DueTimes, Wakeup
 
-logger = logging.getLogger(__name__)
+DUE = "\x1f"  # between the queue and the milliseconds in a notification of a job due later
 
 
 class Listener:
+    name = "listener"
+
     def __init__(
         self,
         *,
         connect: Callable[[], Any],
+        store: Store,
         channel: str,
         queues: Collection[str] | None,
         wakeup: Wakeup,
+        due: DueTimes,
         health_interval: float,
         health_timeout: float,
+        observer: Observer,
     ) -> None:
         self.connect = connect
+        self.store = store
         self.channel = channel
         self.queues = frozenset(queues) if queues else None
         self.wakeup = wakeup
+        self.due = due
         self.health_interval = health_interval
         self.health_timeout = health_timeout
+        self.observer = observer
         self.reconnects = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        failures = 0
+        tries = Tries(self.name, self.observer)
         started = False
         while True:
             try:
@@ -50,40 +64,49 @@ class Listener:
                     conn: psycopg.AsyncConnection[Any] = await self.connect()
                 async with conn:
                     with anyio.fail_after(self.health_timeout):
-                        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
-                        await conn.execute(listen)
-                    if failures:
-                        self.reconnects += 1
-                        logger.info(
-                            "listener reconnected", extra={"action": "listener_reconnected"}
+                        await conn.execute(
+                            sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
                         )
-                    failures = 0
+                    if tries.failures:
+                        self.reconnects += 1
+                    self.observer.listener_connected(reconnected=bool(tries.failures))
+                    tries.succeeded()
                     self.wakeup.set()  # catch up on what was deferred while we were not listening
                     if not started:
                         started = True
                         task_status.started()
+                    await self._catch_up(conn)
                     await self._listen(conn)
-            except (psycopg.Error, OSError, TimeoutError) as exc:
-                failures += 1
-                delay = backoff_delay(failures)
-                logger.warning(
-                    "listener connection lost (%s: %s); reconnecting in %.1fs",
-                    type(exc).__name__,
-                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                    delay,
-                    extra={"action": "listener_lost"},
-                )
+            except TRANSIENT_ERRORS as exc:
+                delay = tries.wait_after(exc)
                 if not started:
                     started = True
                     task_status.started()  # the poll covers us until the listener is back
                 self.wakeup.set()
                 await anyio.sleep(delay)
 
+    async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Set a timer for the next job due later: its notification may have been missed."""
+        with anyio.fail_after(self.health_timeout):
+            queues = sorted(self.queues) if self.queues else None
+            seconds = await self.store.next_due(conn, queues=queues)
+        if seconds is not None:
+            self.due.add(seconds)
+
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        queues, wakeup, due = self.queues, self.wakeup, self.due
         while True:
             async for notify in conn.notifies(timeout=self.health_interval):
-                if self.queues is None or notify.payload in self.queues:
-                    self.wakeup.set()
-                    await asyncio.sleep(0)  # let the producer claim before we wait again
+                queue, later, ms = notify.payload.partition(DUE)
+                if queues is not None and queue not in queues:
+                    continue
+                if later:
+                    due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                else:
+                    wakeup.set()
+                    await asyncio.sleep(0)  # let the claim loop claim before we wait again
+            if due.overflowed and not due.pending:
+                due.overflowed = False
+                await self._catch_up(conn)
             with anyio.fail_after(self.health_timeout):
                 await conn.execute("SELECT 1")

@@ -1,7 +1,8 @@
-"""The producer: claims jobs in batches sized to the free slots and starts them.
+"""The producer: claims jobs in batches sized to the free slots and hands them to the
+dispatcher.
 
-A notification or the poll timer wakes it; a full batch means more work is
-likely waiting, so it claims again as soon as enough slots are free.
+A notification, a job coming due or the poll timer wakes it; a full batch means more
+work is likely waiting, so it claims again as soon as enough slots are free.
 
 When the slots hold two batches, two claim loops run, each on its own connection,
 so that one claim's round trip overlaps the jobs of the other's batch. A loop takes
@@ -12,25 +13,27 @@ first loop polls; a wake-up, or a full batch claimed by its sibling, wakes the s
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import anyio
-import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
 from asyncq.pools import KeptConnection
 from asyncq.store import Store
-from asyncq.worker.state import Slots, Wakeup, backoff_delay
-
-logger = logging.getLogger(__name__)
+from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.worker.observer import Observer
+from asyncq.worker.services import Tries
+from asyncq.worker.slots import Slots
+from asyncq.worker.wakeup import Wakeup
 
 CLAIM_DEADLINE = 30.0
 
 
 class Producer:
+    name = "claim"
+
     def __init__(
         self,
         *,
@@ -43,9 +46,10 @@ class Producer:
         slots: Slots,
         wakeup: Wakeup,
         poll_interval: float,
-        start_job: Callable[[Job], None],
+        hold: Callable[[Job], None],
         is_idle: Callable[[], bool],
         drain: bool,
+        observer: Observer,
         claim_loops: int = 1,
     ) -> None:
         self.pool = pool
@@ -57,12 +61,12 @@ class Producer:
         self.slots = slots
         self.wakeup = wakeup
         self.poll_interval = poll_interval
-        self.start_job = start_job
+        self.hold = hold
         self.is_idle = is_idle
         self.drain = drain
+        self.observer = observer
         # When busy, wait for half a batch of free slots rather than claiming one job at a time.
         self.refill_at = max(1, min(batch_size, slots.total) // 2)
-        self.claimed = 0
         self.loops = claim_loops
 
     async def run(self) -> None:
@@ -79,7 +83,7 @@ class Producer:
             await kept.release()
 
     async def _claim_until_done(self, kept: KeptConnection, *, polls: bool) -> None:
-        failures = 0
+        tries = Tries(self.name, self.observer)
         idle_seen = False
         while True:
             await self.slots.wait_free(self.refill_at)
@@ -87,23 +91,16 @@ class Producer:
             self.slots.take(want)
             try:
                 jobs = await self._claim(kept, want)
-            except (psycopg.Error, PoolTimeout, OSError, TimeoutError) as exc:
+            except TRANSIENT_ERRORS as exc:
                 self.slots.unclaimed(want)
-                failures += 1
-                delay = backoff_delay(failures)
-                logger.warning(
-                    "claim failed (%s); retrying in %.1fs",
-                    type(exc).__name__,
-                    delay,
-                    extra={"action": "claim_failed"},
-                )
-                await anyio.sleep(delay)
+                await tries.failed(exc)
                 continue
-            failures = 0
+            tries.succeeded()
             self.slots.unclaimed(want - len(jobs))
-            self.claimed += len(jobs)
-            for job in jobs:
-                self.start_job(job)
+            if jobs:
+                self.observer.claimed(jobs)
+                for job in jobs:
+                    self.hold(job)
             if len(jobs) == want:
                 self.wakeup.nudge()  # more is likely waiting: a sibling loop may claim it too
             await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again

@@ -1,20 +1,20 @@
-"""The supervisor: starts the worker's services in one task group and runs shutdown.
+"""The supervisor: checks the database, opens the worker's own pool, starts the services
+from a list in one task group, runs the claim loops, and shuts down in order.
 
-Shutdown: stop claiming, let running jobs finish within the grace period,
-cancel what is left and hand it back to the queue (the attempt not counted),
-write every outcome, close. A second SIGTERM/SIGINT exits at once; the
-lease then brings those jobs back.
+Shutdown (a signal, the end of a drain, or the caller's cancellation): stop claiming;
+let running jobs finish within the grace period (none when the caller cancels); stop
+and hand back what is left; leave to their lease the attempts that do not stop; write
+every outcome; stop the services; close the pool. A second SIGTERM/SIGINT exits at
+once: the lease then brings those jobs back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -27,46 +27,30 @@ from asyncq import migrate
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
 from asyncq.pools import reconnect_options
-from asyncq.store import Store
-from asyncq.task import Task, validate_name
+from asyncq.store import Store, WorkerFacts
 from asyncq.worker.completer import Completer
-from asyncq.worker.executor import Outcome, execute
+from asyncq.worker.dispatch import Dispatcher, State
+from asyncq.worker.executor import Executor, Middleware, RunnableTask
 from asyncq.worker.heartbeat import Heartbeat
 from asyncq.worker.listener import Listener
+from asyncq.worker.maintenance import Maintainer
+from asyncq.worker.maintenance.pruner import Pruner
+from asyncq.worker.maintenance.rescuer import Rescuer
+from asyncq.worker.observer import (
+    Counts,
+    LogObserver,
+    Observer,
+    Observers,
+    WorkerInfo,
+    WorkerStats,
+)
 from asyncq.worker.producer import Producer
-from asyncq.worker.reaper import Reaper
-from asyncq.worker.state import Held, Runner, Slots, Wakeup
-
-logger = logging.getLogger(__name__)
+from asyncq.worker.services import Service
+from asyncq.worker.settings import WorkerSettings
+from asyncq.worker.slots import Slots
+from asyncq.worker.wakeup import DueTimes, Wakeup
 
 CLOSE_DEADLINE = 10.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerSettings:
-    queues: tuple[str, ...] | None = None
-    concurrency: int = 10
-    batch_size: int = 10
-    lease: float = 30.0
-    grace: float = 20.0
-    poll_interval: float = 1.0
-    reap_interval: float = 2.0
-    retention: timedelta = timedelta(days=7)
-    listener_health_interval: float = 10.0
-    listener_health_timeout: float = 5.0
-    drain: bool = False
-    handle_signals: bool = True
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerStats:
-    """What a worker did, returned when it stops."""
-
-    worker: str
-    claimed: int
-    done: int
-    failed_attempts: int
-    released: int
 
 
 class Worker:
@@ -74,289 +58,203 @@ class Worker:
         self,
         *,
         worker_id: str,
-        tasks: Mapping[str, Task[Any, Any]],
-        pool: AsyncConnectionPool,
+        tasks: Mapping[str, RunnableTask],
+        app_pool: AsyncConnectionPool,
         store: Store,
         conninfo: str,
         connect_kwargs: Mapping[str, Any],
         settings: WorkerSettings,
+        middleware: Sequence[Middleware] = (),
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.id = worker_id
         self.tasks = tasks
-        self.pool = pool
+        self.app_pool = app_pool
         self.store = store
         self.conninfo = conninfo
         self.connect_kwargs = dict(connect_kwargs)
         self.settings = settings
-        self.held: dict[int, Held] = {}
-        self.slots = Slots(settings.concurrency)
-        self.wakeup = Wakeup()
-        self._unfinished: list[Job] = []
-        self._released = 0
+        self.middleware = middleware
+        self.counts = Counts()
+        self.observer = Observers([LogObserver(), self.counts, *observers])
         self._stopping = False
-        self._producer_scope: anyio.CancelScope | None = None
+        self._claiming: anyio.CancelScope | None = None
         self._signals = 0
-        self._to_run: asyncio.Queue[Held | None] = asyncio.Queue()
-
-    # -- control --------------------------------------------------------------
+        self._running: Callable[[], int] = lambda: 0
 
     def stop(self) -> None:
         """Stop claiming; running jobs get the grace period to finish."""
         if self._stopping:
             return
         self._stopping = True
-        logger.info(
-            "stopping: no new claims; waiting up to %.0fs for %d running jobs",
-            self.settings.grace,
-            self.slots.used,
-            extra={"action": "worker_stopping"},
-        )
-        if self._producer_scope is not None:
-            self._producer_scope.cancel()
-
-    # -- run ------------------------------------------------------------------
+        self.observer.stopping(self._running(), self.settings.grace)
+        if self._claiming is not None:
+            self._claiming.cancel()
 
     async def run(self) -> WorkerStats:
-        schema = await self._check_schema()
-        control = AsyncConnectionPool(
+        facts = await self._preflight()
+        settings = self.settings
+        loops = claim_loops(settings)
+        pool = AsyncConnectionPool(
             self.conninfo,
-            min_size=1,
-            max_size=2,
+            min_size=loops + 1,
+            max_size=loops + 4,  # the claim loops, the completer, heartbeat, maintenance, one more
             kwargs=self.connect_kwargs,
-            configure=_configure_control,
+            configure=_configure,
             open=False,
-            name=f"asyncq-control-{self.id}",
+            name=f"asyncq-worker-{self.id}",
             **reconnect_options(),
         )
-        await control.open(wait=False)
-        settings = self.settings
-        lease = timedelta(seconds=settings.lease)
+        await pool.open(wait=False)
+        observer = self.observer
+        slots = Slots(settings.concurrency)
+        wakeup = Wakeup()
+
+        def written(job: Job) -> None:
+            slots.written()
+            dispatcher.written(job)
+
         completer = Completer(
-            pool=self.pool, store=self.store, worker=self.id, on_written=self._written
+            pool=pool,
+            store=self.store,
+            worker=self.id,
+            observer=observer,
+            on_written=written,
+            storable=_storable_in(facts.server_encoding),
         )
-        self._completer = completer
+        dispatcher = Dispatcher(
+            concurrency=settings.concurrency,
+            tasks=self.tasks,
+            executor=Executor(tasks=self.tasks, worker=self.id, middleware=self.middleware),
+            slots=slots,
+            submit=completer.submit,
+            observer=observer,
+        )
+        self._running = lambda: sum(1 for a in dispatcher.attempts() if a.state is not State.ENDED)
         producer = Producer(
-            pool=self.pool,
+            pool=pool,
             store=self.store,
             worker=self.id,
             queues=settings.queues,
-            lease=lease,
-            batch_size=settings.batch_size,
-            slots=self.slots,
-            wakeup=self.wakeup,
+            lease=timedelta(seconds=settings.lease),
+            batch_size=settings.batch,
+            slots=slots,
+            wakeup=wakeup,
             poll_interval=settings.poll_interval,
-            start_job=self._start_job,
-            is_idle=lambda: not self.held,
+            hold=dispatcher.hold,
+            is_idle=lambda: not dispatcher.held,
             drain=settings.drain,
-            claim_loops=claim_loops(settings, self.pool),
+            observer=observer,
+            claim_loops=loops,
         )
-        listener = Listener(
-            connect=lambda: psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs),
-            channel=f"asyncq.{schema}",
-            queues=settings.queues,
-            wakeup=self.wakeup,
-            health_interval=settings.listener_health_interval,
-            health_timeout=settings.listener_health_timeout,
-        )
-        heartbeat = Heartbeat(
-            pool=control,
-            store=self.store,
-            worker=self.id,
-            held=self.held,
-            interval=settings.lease / 4,
-        )
-        reaper = Reaper(
-            pool=control,
-            store=self.store,
-            schema=schema,
-            interval=settings.reap_interval,
-            retention=settings.retention,
-        )
-        logger.info(
-            "worker %s started: queues=%s concurrency=%d batch_size=%d lease=%.0fs",
-            self.id,
-            ",".join(settings.queues) if settings.queues else "*",
-            settings.concurrency,
-            settings.batch_size,
-            settings.lease,
-            extra={"action": "worker_started", "worker": self.id},
-        )
+        services: list[Service] = [
+            completer,
+            Listener(
+                connect=lambda: psycopg.AsyncConnection.connect(
+                    self.conninfo, **self._listener_kwargs()
+                ),
+                store=self.store,
+                channel=facts.channel,
+                queues=settings.queues,
+                wakeup=wakeup,
+                due=DueTimes(wakeup),
+                health_interval=settings.listener_health_interval,
+                health_timeout=settings.listener_health_timeout,
+                observer=observer,
+            ),
+            Heartbeat(
+                pool=pool,
+                store=self.store,
+                worker=self.id,
+                dispatcher=dispatcher,
+                interval=settings.lease / 4,
+                observer=observer,
+            ),
+            Maintainer(
+                pool=pool,
+                store=self.store,
+                schema=facts.schema,
+                pieces=[
+                    Rescuer(store=self.store, interval=settings.rescue_interval, observer=observer),
+                    Pruner(
+                        store=self.store,
+                        interval=settings.prune_interval,
+                        retention=settings.retention,
+                    ),
+                ],
+                observer=observer,
+            ),
+        ]
         restore = self._install_signal_handlers() if settings.handle_signals else None
+        left: list[Job] = []
         try:
-            async with anyio.create_task_group() as services:
-                await services.start(listener.run)
-                await services.start(heartbeat.run)
-                await services.start(reaper.run)
-                async with anyio.create_task_group() as writing:
-                    await writing.start(completer.run)
-                    try:
-                        await self._claim_and_run(producer)
-                    finally:
-                        with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
-                            await self._hand_back()
-                        completer.close()
+            async with anyio.create_task_group() as running:
+                for service in services:
+                    await running.start(service.run)
+                dispatcher.start()
+                observer.started(
+                    WorkerInfo(
+                        id=self.id,
+                        queues=settings.queues,
+                        concurrency=settings.concurrency,
+                        batch_size=settings.batch,
+                        lease=settings.lease,
+                    )
+                )
+                grace = settings.grace
+                try:
+                    with anyio.CancelScope() as self._claiming:
+                        if not self._stopping:
+                            await producer.run()
+                except anyio.get_cancelled_exc_class():
+                    grace = 0.0  # the caller cancelled the worker: hand back at once
+                    raise
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        left = await dispatcher.stop(grace)
                         # Outcomes not written by then are brought back by their lease.
-                        writing.cancel_scope.deadline = anyio.current_time() + CLOSE_DEADLINE
-                services.cancel_scope.cancel()
+                        with anyio.move_on_after(CLOSE_DEADLINE):
+                            await completer.finish()
+                    running.cancel_scope.cancel()
         finally:
             if restore:
                 restore()
             with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
-                await control.close()
-        stats = WorkerStats(
-            worker=self.id,
-            claimed=producer.claimed,
-            done=completer.done,
-            failed_attempts=completer.failed_attempts,
-            released=self._released,
-        )
-        logger.info(
-            "worker %s stopped: %d claimed, %d done, %d failed attempts, %d handed back",
-            self.id,
-            stats.claimed,
-            stats.done,
-            stats.failed_attempts,
-            stats.released,
-            extra={"action": "worker_stopped", "worker": self.id},
-        )
+                await pool.close()
+        stats = self.counts.stats(self.id, left_running=len(left))
+        observer.stopped(stats)
         return stats
 
-    async def _check_schema(self) -> str:
-        """The schema holding the jobs table, at this asyncq's version."""
+    def _listener_kwargs(self) -> dict[str, Any]:
+        """The LISTEN connection's: its application_name says what it is (``...:listener``)."""
+        kwargs = dict(self.connect_kwargs)
+        name = kwargs.get("application_name")
+        if name:
+            kwargs["application_name"] = f"{name}:listener"
+        return kwargs
+
+    async def _preflight(self) -> WorkerFacts:
+        """Where the jobs table is, at this asyncq's version, with the grants a worker needs."""
         try:
-            async with self.pool.connection() as conn:
-                schema = await self.store.find_jobs_table(conn)
-                if schema is None:
+            async with self.app_pool.connection() as conn:
+                facts = await self.store.worker_facts(conn)
+                if facts is None:
                     where = f"schema {self.store.schema!r}" if self.store.schema else "schema"
                     raise SchemaNotMigrated(
                         f"there is no asyncq_jobs table in this database's {where}:"
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
-                missing = await self.store.missing_worker_privileges(conn, schema)
+                missing = await self.store.missing_worker_privileges(conn, facts.schema)
                 if missing:
                     user = conn.info.user
                     raise ConfigurationError(
-                        f"role {user!r} cannot run a worker on {schema}.asyncq_jobs; it lacks"
-                        f" {', '.join(missing)} (docs/least-privilege.md lists the grants)"
+                        f"role {user!r} cannot run a worker on {facts.schema}.asyncq_jobs; it"
+                        f" lacks {', '.join(missing)} (docs/least-privilege.md lists the grants)"
                     )
-                await migrate.check(conn, schema)
+                await migrate.check(conn, facts.schema)
         except PoolTimeout as exc:
             raise psycopg.OperationalError(str(exc)) from exc
-        return schema
-
-    async def _claim_and_run(self, producer: Producer) -> None:
-        # One runner per slot, fed claimed jobs through a queue: cheaper than a task per job.
-        async with anyio.create_task_group() as runners:
-            for _ in range(self.settings.concurrency):
-                runners.start_soon(self._runner)
-            if not self._stopping:
-                with anyio.CancelScope() as self._producer_scope:
-                    await producer.run()
-            with anyio.move_on_after(self.settings.grace):
-                await self.slots.wait_free(self.slots.total)
-            still = [h for h in self.held.values() if h.executing]
-            if still:
-                logger.warning(
-                    "grace period over: cancelling %d running jobs and handing them back",
-                    len(still),
-                    extra={"action": "jobs_cancelled"},
-                )
-            for held in still:
-                held.cancel()
-            for _ in range(self.settings.concurrency):
-                self._to_run.put_nowait(None)
-
-    def _start_job(self, job: Job) -> None:
-        earlier = self.held.get(job.id)
-        if earlier is not None and earlier.executing and not earlier.lost:
-            # Claimed again here (reaped while this worker was frozen, say): the earlier
-            # attempt's lease is gone, and its result would be dropped.
-            earlier.lost = True
-            earlier.cancel()
-            logger.warning(
-                "job %d: lease lost during attempt %d (claimed again here as attempt %d);"
-                " cancelling the earlier attempt",
-                job.id,
-                earlier.job.attempt,
-                job.attempt,
-                extra={"action": "lease_lost", "job_id": job.id},
-            )
-        held = Held(job)
-        self.held[job.id] = held
-        self._to_run.put_nowait(held)  # a claim takes no more jobs than there are free runners
-
-    async def _runner(self) -> None:
-        runner = Runner()
-        while True:
-            # A scope lasts until a job in it is cancelled (lease lost, grace over), not a
-            # scope per job: entering one costs more than running a no-op job.
-            with runner.scope:
-                while True:
-                    held = await self._to_run.get()
-                    if held is None:
-                        return
-                    await self._run_one(held, runner)
-            runner.scope = anyio.CancelScope()
-
-    async def _run_one(self, held: Held, runner: Runner) -> None:
-        outcome: Outcome | None = None
-        held.runner = runner
-        runner.current = held
-        try:
-            if not held.cancelled:
-                outcome = await execute(held.job, self.tasks, self.id)
-        finally:
-            runner.current = None
-            held.executing = False
-            to_write = outcome is not None and not held.lost
-            self.slots.give_back(to_write=to_write)
-            if held.lost:
-                self._forget(held.job)
-            elif outcome is not None:
-                self._completer.submit(outcome)
-            else:
-                self._unfinished.append(held.job)
-
-    def _written(self, job: Job) -> None:
-        self.slots.written()
-        self._forget(job)
-
-    def _forget(self, job: Job) -> None:
-        """Stop holding this attempt of the job; a later attempt claimed here stays held."""
-        held = self.held.get(job.id)
-        if held is not None and held.job.attempt == job.attempt:
-            del self.held[job.id]
-
-    async def _hand_back(self) -> None:
-        jobs, self._unfinished = self._unfinished, []
-        if not jobs:
-            return
-        try:
-            async with self.pool.connection() as conn:
-                released = await self.store.release(
-                    conn,
-                    worker=self.id,
-                    ids=[j.id for j in jobs],
-                    attempts=[j.attempt for j in jobs],
-                )
-        except (psycopg.Error, PoolTimeout, OSError) as exc:
-            logger.warning(
-                "could not hand back %d jobs (%s); their lease will bring them back",
-                len(jobs),
-                type(exc).__name__,
-                extra={"action": "release_failed"},
-            )
-            return
-        self._released += len(released)
-        for job in jobs:
-            self._forget(job)
-        logger.info(
-            "handed back %d unfinished jobs to the queue",
-            len(released),
-            extra={"action": "jobs_released"},
-        )
-
-    # -- signals --------------------------------------------------------------
+        return facts
 
     def _install_signal_handlers(self) -> Callable[[], None] | None:
         if threading.current_thread() is not threading.main_thread():
@@ -380,47 +278,20 @@ class Worker:
         return restore
 
 
-def claim_loops(settings: WorkerSettings, pool: AsyncConnectionPool) -> int:
-    """Two claims in flight when the slots hold two batches and the pool can spare the
-    connections (two claims, the outcome writes, and one for the jobs themselves)."""
-    return 2 if settings.concurrency >= 2 * settings.batch_size and pool.max_size >= 4 else 1
+def claim_loops(settings: WorkerSettings) -> int:
+    """Two claims in flight when the slots hold two batches."""
+    return 2 if settings.concurrency >= 2 * settings.batch else 1
 
 
-async def _configure_control(conn: psycopg.AsyncConnection[Any]) -> None:
-    # A reaper frozen inside its transaction (SIGSTOP, a paused VM) must not hold the
-    # reaper lock, and its row locks, for longer than this.
+def _storable_in(server_encoding: str) -> Callable[[str], str]:
+    """Error text as the database can store it: as it is in UTF-8 (and in SQL_ASCII, which
+    stores any bytes), with every character beyond ASCII escaped in other encodings."""
+    if server_encoding in ("UTF8", "SQL_ASCII"):
+        return lambda text: text
+    return lambda text: text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    # A worker frozen inside a transaction (SIGSTOP, a paused VM) must not hold its locks
+    # (the maintenance gate, the rows it writes) for longer than this.
     await conn.execute("SET idle_in_transaction_session_timeout = '5s'")
-
-
-def settings_from(
-    *,
-    queues: Sequence[str] | None,
-    concurrency: int,
-    batch_size: int | None,
-    lease: float,
-    **rest: Any,
-) -> WorkerSettings:
-    """Validated settings; `ConfigurationError` names the bad option."""
-    if not isinstance(concurrency, int) or concurrency < 1:
-        raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ConfigurationError(f"batch_size must be an int >= 1, not {batch_size!r}")
-    if not lease > 0:
-        raise ConfigurationError(f"lease must be > 0 seconds, not {lease!r}")
-    for name in ("grace", "poll_interval", "reap_interval"):
-        if name in rest and not rest[name] >= 0:
-            raise ConfigurationError(f"{name} must be >= 0 seconds, not {rest[name]!r}")
-    for name in ("listener_health_interval", "listener_health_timeout"):
-        if name in rest and not rest[name] > 0:
-            raise ConfigurationError(f"{name} must be > 0 seconds, not {rest[name]!r}")
-    if isinstance(queues, str):
-        queues = [queues]  # one queue name, not a sequence of one-letter names
-    for queue in queues or ():
-        validate_name("queue", queue)
-    return WorkerSettings(
-        queues=tuple(queues) if queues else None,
-        concurrency=concurrency,
-        batch_size=batch_size or min(concurrency, 100),
-        lease=lease,
-        **rest,
-    )

@@ -54,3 +54,16 @@ async def kill_own_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
     await asyncio.sleep(60)
     record("end")
+
+
+@app.task
+async def stubborn(seconds: float = 30) -> None:
+    """Swallows every cancellation, for ``seconds``."""
+    record("start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            record("swallowed")
+    record("end")

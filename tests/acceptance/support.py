@@ -28,6 +28,7 @@ APP = "tests.acceptance.ledger_app:app"
 NOOP = "tests.acceptance.ledger_app.noop"
 SLEEP = "tests.acceptance.ledger_app.sleep"
 KILL_OWN_WORKER = "tests.acceptance.ledger_app.kill_own_worker"
+STUBBORN = "tests.acceptance.ledger_app.stubborn"
 
 T = TypeVar("T")
 

@@ -88,6 +88,25 @@ def test_requeue_with_ids_and_a_filter_says_which_to_give(
     assert "not both" in error
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--lease", "inf"),
+        ("--lease", "nan"),
+        ("--lease", "0"),
+        ("--lease", "soon"),
+        ("--poll-interval", "0"),
+        ("--grace", "-1"),
+        ("--concurrency", "0"),
+        ("--batch-size", "-3"),
+    ],
+    ids=lambda value: str(value),
+)
+def test_a_bad_worker_option_is_a_one_line_error(workers: Workers, option: str, value: str) -> None:
+    error = one_line_error(workers.cli("worker", APP, option, value, timeout=15))
+    assert option in error and value in error
+
+
 def test_unknown_options_are_still_refused(workers: Workers) -> None:
     result = workers.cli("requeue", APP, "--queue", "q", "--bogus")
     assert result.returncode == 2

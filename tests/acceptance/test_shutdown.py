@@ -11,6 +11,7 @@ import pytest
 from tests.acceptance.support import (
     NOOP,
     SLEEP,
+    STUBBORN,
     Ledger,
     Workers,
     insert_jobs,
@@ -82,3 +83,40 @@ def test_a_second_sigterm_exits_at_once(db, workers: Workers, ledger: Ledger) ->
     row = job_row(db, job_id)
     assert (row["status"], row["attempts"]) == ("running", 1)
     assert not ledger.events("end", job_id)
+
+
+def test_a_job_stopped_by_every_shutdown_counts_its_attempts_after_a_few(
+    db, workers: Workers, ledger: Ledger
+) -> None:
+    # A job longer than the grace period, and a deploy every few seconds: the first hand-backs
+    # are free, then each counts as an attempt, so the job cannot loop forever.
+    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}], max_attempts=2)
+    for cycle in range(1, 9):
+        worker = workers.start("--grace", "0.2", lease=60)
+        wait_until(lambda n=cycle: len(ledger.events("start", job_id)) == n, 10, "the job to start")
+        worker.send(signal.SIGTERM)
+        assert worker.wait(10) == 0, worker.stderr()
+        row = job_row(db, job_id)
+        if row["status"] != "queued":
+            break
+    assert (row["status"], row["attempts"], cycle) == ("failed", 2, 5), row
+    assert row["last_error"].startswith("HandedBack:"), row["last_error"]
+    assert "shutdown" in row["last_error"]
+
+
+def test_a_task_that_swallows_cancellation_does_not_hang_shutdown(
+    db, workers: Workers, ledger: Ledger
+) -> None:
+    worker = workers.start("--grace", "0.5", "--concurrency", "2", lease=60)
+    [stubborn] = insert_jobs(db, STUBBORN, [{"seconds": 120}])
+    [slow] = insert_jobs(db, SLEEP, [{"seconds": 120}])
+    wait_until(lambda: ledger.events("start", stubborn), 10, "the stubborn job to start")
+    wait_until(lambda: ledger.events("start", slow), 10, "the slow job to start")
+
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.stderr()
+    assert ledger.events("swallowed", stubborn)
+    assert "did not stop" in worker.stderr()
+    # The job that stopped was handed back; the stubborn one is left to its lease.
+    assert (job_row(db, slow)["status"], job_row(db, slow)["attempts"]) == ("queued", 0)
+    assert job_row(db, stubborn)["status"] == "running"

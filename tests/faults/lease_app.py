@@ -2,7 +2,7 @@
 
 Every execution appends a line to the ledger file named by ``$ASYNCQ_LEDGER``, outside
 the database, with the acceptance tests' `record`. The DSN comes from ``$ASYNCQ_DSN``;
-``$LEASE_APP_POOL_MAX`` sets the App's pool_max_size (10 by default).
+``$LEASE_APP_POOL_MAX`` sets the App's pool_max_size (unset: the default).
 
 ``$LEASE_APP_SELF_STOP=1`` makes `freeze_then` stop its own worker process with SIGSTOP
 during attempt 1: the freeze then falls at a known point of the task, so what the task
@@ -18,7 +18,8 @@ import signal
 import asyncq
 from tests.acceptance.ledger_app import record
 
-app = asyncq.App(pool_max_size=int(os.environ.get("LEASE_APP_POOL_MAX", "10")))
+_POOL_MAX = os.environ.get("LEASE_APP_POOL_MAX")
+app = asyncq.App(pool_max_size=int(_POOL_MAX) if _POOL_MAX else None)
 
 # A task name with quotes, a semicolon, a comment and non-ASCII letters: only a name.
 ODD_NAME = "odd'\"; DROP TABLE asyncq_jobs; -- naïve ✓ 名前"

@@ -37,12 +37,16 @@ APP = "tests.faults.fault_app:app"
 WORK = "tests.faults.fault_app.work"
 FAIL = "tests.faults.fault_app.fail"
 
-# A worker's connections, from asyncq/worker/supervisor.py and asyncq/app.py: its App's
-# pool (pool_max_size), one LISTEN connection, and the control pool (max_size=2) that the
-# heartbeat and the reaper share.
+# A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
+# pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's
+# workers run at most 10 jobs at once), one LISTEN connection, and the worker's own pool
+# (its claim loops, at most two, and four more).
+MAX_CONCURRENCY = 10
 LISTEN_CONNECTIONS = 1
-CONTROL_POOL_MAX = 2
-CONNECTIONS_PER_WORKER = fault_app.app.pool_max_size + LISTEN_CONNECTIONS + CONTROL_POOL_MAX
+WORKER_POOL_MAX = 2 + 4
+CONNECTIONS_PER_WORKER = (
+    max(fault_app.app.pool_max_size, MAX_CONCURRENCY + 2) + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+)
 
 RESULTS = Path(__file__).parent / "results" / "last-run.json"
 
@@ -291,13 +295,13 @@ class FaultWorkers:
 # -- the pg_stat_activity sampler -----------------------------------------------------------
 
 
-def is_listener(query: str | None) -> bool:
-    """A worker's LISTEN connection: its last query is the LISTEN, or the health check
-    (``SELECT 1``) that asyncq/worker/listener.py runs on it; no other connection runs that."""
-    return bool(query) and (query.startswith("LISTEN ") or query == "SELECT 1")  # type: ignore[union-attr]
+def is_listener(application_name: str) -> bool:
+    """A worker's LISTEN connection: asyncq names it ``<application_name>:<pid>:listener``."""
+    return application_name.endswith(":listener")
 
 
-LISTENER = """application_name = %s AND (query LIKE 'LISTEN %%' OR query = 'SELECT 1')"""
+# The LISTEN connection of the worker whose application_name (without the suffix) is %s.
+LISTENER = """application_name = %s || ':listener'"""
 
 ACTIVITY = """
 SELECT application_name, state, query,
@@ -373,9 +377,9 @@ class Sampler:
         connections: dict[int, int] = defaultdict(int)
         listening: dict[int, int] = defaultdict(int)
         for application_name, state, query, idle_for in rows:
-            pid = int(application_name.split(":", 1)[1])
+            pid = int(application_name.split(":")[1])
             connections[pid] += 1
-            if is_listener(query):
+            if is_listener(application_name):
                 listening[pid] += 1
             if (state or "").startswith("idle in transaction") and idle_for > self.idle_limit:
                 self.idle_in_transaction.append((time.time(), application_name, idle_for, query))

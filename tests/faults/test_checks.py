@@ -64,7 +64,7 @@ def test_the_sampler_sees_idle_transactions_and_extra_connections(
         sampler.idle_in_transaction.clear()
 
         for _ in range(2):
-            conn = stack.enter_context(psycopg.connect(dsn, application_name=name))
+            conn = stack.enter_context(psycopg.connect(dsn, application_name=f"{name}:listener"))
             conn.execute("LISTEN somewhere")
         wait_until(lambda: sampler.max_listening.get(FAKE_WORKER) == 2, 5, "two LISTENs")
         with pytest.raises(AssertionError, match="more than one LISTEN"):

@@ -70,8 +70,8 @@ def test_a_late_outcome_of_a_frozen_worker_changes_nothing(
     assert before["last_error"].startswith("LeaseExpired: worker ")
 
     frozen.send(signal.SIGCONT)
-    what = "failure" if late == "fail" else "success"
-    frozen.wait_log(f"lease lost before its {what} was written", 10)
+    what = "retry" if late == "fail" else "done"
+    frozen.wait_log(f"lease lost during attempt 1 (before its outcome ({what}) was written)", 10)
     after = job_row(db, job_id)
     if thawed == "running":  # the second worker's heartbeat may have renewed its lease
         for renewed in ("locked_at", "expires_at"):

@@ -29,8 +29,7 @@ DBNAME = "listener_faults"
 POLL = ("--poll-interval", "60")
 
 LISTEN_BACKEND = """
-SELECT pid FROM pg_stat_activity
- WHERE application_name = %s AND (query LIKE 'LISTEN %%' OR query = 'SELECT 1')
+SELECT pid FROM pg_stat_activity WHERE application_name = %s || ':listener'
 """
 
 

@@ -337,7 +337,7 @@ def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
             frozen.send(signal.SIGCONT)
 
             def refused() -> int:
-                return frozen.stderr().count("lease lost before its success was written")
+                return frozen.stderr().count("before its outcome (done) was written")
 
             wait_until(
                 lambda: refused() + len(done_touched(db)) >= len(taken_back),

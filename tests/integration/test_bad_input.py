@@ -208,3 +208,55 @@ async def test_non_async_functions_are_refused(app: asyncq.App) -> None:
 
     with pytest.raises(TypeError):
         app.task(plain)  # type: ignore[arg-type]
+
+
+async def test_a_backslash_before_u0000_is_text_not_a_nul(
+    app: asyncq.App, db: Any, drain: Any
+) -> None:
+    seen: list[str] = []
+
+    @app.task(name="bad_input.path")
+    async def path(text: str) -> None:
+        seen.append(text)
+
+    text = "C:\\u0000dir and \\\\u0000 too"  # backslashes and the letters u0000, no NUL
+    await path.defer(text)
+    await path.defer_many([{"text": text}])
+    await drain()
+    assert seen == [text, text]
+    with pytest.raises(asyncq.ArgumentsError, match="NUL"):
+        await path.defer("a real \x00")
+    with pytest.raises(asyncq.ArgumentsError, match="NUL"):
+        await path.defer("\\\x00")
+    with pytest.raises(asyncq.ArgumentsError, match="NUL"):
+        await path.defer_many([{"text": "ok"}, {"text": "\\\\\x00"}])
+    assert count(db) == 2
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"lease": float("inf")},
+        {"lease": float("nan")},
+        {"lease": 0},
+        {"lease": 1e12},
+        {"poll_interval": 0},
+        {"poll_interval": float("inf")},
+        {"grace": -1},
+        {"grace": float("nan")},
+        {"concurrency": 0},
+        {"concurrency": 1.5},
+        {"batch_size": 0},
+        {"listener_health_timeout": 0},
+    ],
+    ids=lambda options: " ".join(f"{k}={v}" for k, v in options.items()),
+)
+async def test_bad_worker_options_are_refused_before_anything_opens(
+    dsn: str, options: dict[str, Any]
+) -> None:
+    app = asyncq.App(dsn)
+    name = next(iter(options))
+    with pytest.raises(asyncq.ConfigurationError, match=name):
+        await app.run_worker(**options)
+    with pytest.raises(asyncq.AppNotOpen):
+        app.pool  # noqa: B018 - nothing was opened, so nothing leaked

@@ -16,9 +16,11 @@ import pytest
 from psycopg import sql
 
 import asyncq
+from asyncq.migrate import migrations
 
 pytestmark = pytest.mark.anyio
 
+ALL_VERSIONS = [m.version for m in migrations()]
 SCHEMAS = ("tenant_a", "tenant_b", None)  # None: the connection's current schema (public)
 NAME = "shared.work"
 
@@ -64,7 +66,7 @@ async def tenants(throwaway_dsn: str) -> AsyncIterator[dict[str, Tenant]]:
     async with AsyncExitStack() as stack:
         for tenant in made.values():
             await stack.enter_async_context(tenant.app)
-            assert await tenant.app.migrate() == [1]
+            assert await tenant.app.migrate() == ALL_VERSIONS
         yield made
 
 
@@ -77,7 +79,7 @@ def tdb(throwaway_dsn: str) -> Any:
 async def test_each_app_migrates_into_its_own_schema(throwaway_dsn: str, tdb: Any) -> None:
     a = Tenant(throwaway_dsn, "tenant_a")
     async with a.app:
-        assert await a.app.migrate() == [1]
+        assert await a.app.migrate() == ALL_VERSIONS
         assert await a.app.migrate() == []
     tables = tdb.execute(
         "SELECT table_schema, table_name FROM information_schema.tables"
@@ -185,13 +187,20 @@ async def test_a_waiting_worker_is_woken_by_its_own_apps_jobs_only(
         await a.work.defer(1)
         await a.until_ran([1], 10)
 
-        # Not ready when written: once it is, only a wake-up gets it claimed.
-        delayed = await a.work.options(delay=0.4).defer(2)
-        await anyio.sleep(0.7)
+        # A ready job written without a notification (triggers off for this session):
+        # only a wake-up of A's own gets it claimed before the next poll.
+        tdb.execute("SET session_replication_role = replica")
+        (silent,) = tdb.execute(
+            "INSERT INTO tenant_a.asyncq_jobs (task_name, args) VALUES (%s, '{\"n\": 2}')"
+            " RETURNING id",
+            (NAME,),
+        ).fetchone()
+        tdb.execute("SET session_replication_role = DEFAULT")
+        await anyio.sleep(0.5)
         await b.work.defer(20)  # B's insert notifies B's channel, not A's
         await anyio.sleep(0.7)
         assert a.ran == [1]
-        assert rows(tdb, "tenant_a")[1] == (delayed, 2, "queued")
+        assert rows(tdb, "tenant_a")[1] == (silent, 2, "queued")
 
         await a.work.defer(3)  # A's insert wakes A's worker, which claims both
         await a.until_ran([1, 2, 3], 5)  # well before the next poll
@@ -224,3 +233,30 @@ def test_a_bad_schema_name_is_refused_at_app(schema: str) -> None:
 @pytest.mark.parametrize("schema", ["a" * 50, "tenant_1", "_private", "public"])
 def test_good_schema_names_are_accepted(schema: str) -> None:
     assert asyncq.App("postgresql://nowhere/db", schema=schema).schema == schema
+
+
+async def test_a_current_schema_with_the_longest_name_postgresql_allows(
+    throwaway_dsn: str, tdb: Any
+) -> None:
+    # 63 bytes: "asyncq." and the name do not fit a channel name of 63 bytes.
+    schema = "tenant_" + "x" * 56
+    tdb.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    app = asyncq.App(f"{throwaway_dsn} options=-csearch_path={schema}")
+    ran: list[int] = []
+
+    @app.task(name=NAME)
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    async with app:
+        await app.migrate()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: app.run_worker(poll_interval=60, handle_signals=False))
+            await anyio.sleep(0.5)  # the worker listens
+            await work.defer(1)
+            await work.defer_many([{"n": 2}, {"n": 3}])
+            with anyio.fail_after(10):
+                while sorted(ran) != [1, 2, 3]:  # noqa: ASYNC110 - the worker appends
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    assert rows(tdb, schema) == [(1, 1, "done"), (2, 2, "done"), (3, 3, "done")]

@@ -62,7 +62,14 @@ def test_without_jitter_delays_are_exact() -> None:
         {"factor": 0.5},
         {"jitter": -0.1},
         {"jitter": 1.5},
+        {"cap": float("inf")},
+        {"base": float("nan")},
+        {"factor": float("inf")},
+        {"jitter": float("nan")},
+        {"cap": 1e300},
+        {"base": "1"},
     ],
+    ids=repr,
 )
 def test_invalid_backoff_is_a_configuration_error(kwargs: dict[str, float]) -> None:
     with pytest.raises(asyncq.ConfigurationError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from asyncq.worker.state import Wakeup
+from asyncq.worker.wakeup import DueTimes, Wakeup
 
 
 def test_a_set_before_the_wait_is_kept_and_many_fold_into_one() -> None:
@@ -69,5 +69,52 @@ def test_waiters_that_time_out_or_are_cancelled_leave_nothing_behind() -> None:
         assert not wakeup._waiters
         wakeup.set()  # no waiter left to take it: kept for the next wait
         assert await wakeup.wait(5) is True
+
+    asyncio.run(main())
+
+
+def test_a_job_due_later_wakes_a_claim_loop_when_due_and_not_before() -> None:
+    async def main() -> None:
+        wakeup = Wakeup()
+        due = DueTimes(wakeup)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        due.add(0.05)
+        assert await wakeup.wait(0.03) is False  # not yet
+        assert await wakeup.wait(1) is True
+        assert loop.time() - start >= 0.05
+        assert due.pending == 0
+
+    asyncio.run(main())
+
+
+def test_due_times_close_together_share_one_timer_and_each_distinct_one_fires() -> None:
+    async def main() -> None:
+        wakeup = Wakeup()
+        due = DueTimes(wakeup)
+        for seconds in (0.02, 0.021, 0.0205, 0.06, 0.1):
+            due.add(seconds)
+        assert due.pending == 3
+        woken = 0
+        while await wakeup.wait(0.3):
+            woken += 1
+        assert woken == 3 and due.pending == 0
+
+    asyncio.run(main())
+
+
+def test_past_the_limit_the_latest_due_times_are_dropped_and_overflow_is_said() -> None:
+    async def main() -> None:
+        due = DueTimes(Wakeup())
+        due.LIMIT = 3
+        for seconds in (10, 20, 30):
+            due.add(seconds)
+        due.add(40)  # later than every timer: dropped
+        assert due.pending == 3 and due.overflowed
+        due.overflowed = False
+        due.add(5)  # earlier: takes the place of the latest
+        assert due.pending == 3 and due.overflowed
+        due.clear()
+        assert due.pending == 0
 
     asyncio.run(main())

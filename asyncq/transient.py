@@ -1,0 +1,34 @@
+"""Which failures of a database call are worth another try, and how long to wait for it.
+
+Transient: the connection or the server is in trouble (lost, restarting, out of
+connections or of disk, a failover leaving us on a standby), or the statement lost a
+race it may win next time (a deadlock, a serialization failure, a lock or statement
+timeout). Every other database error is permanent: the same statement with the same
+values fails again (a value out of range, a constraint, a missing column or grant),
+so retrying it only wedges whatever waits behind it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import psycopg
+from psycopg import errors
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,  # connections, 40xxx, 53xxx, 55xxx, 57xxx, 58xxx; PoolTimeout
+    errors.ReadOnlySqlTransaction,  # connected to a standby: reconnect, do not give up
+    errors.IdleInTransactionSessionTimeout,
+    OSError,
+    TimeoutError,
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSIENT_ERRORS)
+
+
+def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 15.0) -> float:
+    """Seconds before the next try after ``failures`` in a row, with full jitter."""
+    return random.uniform(base / 2, min(cap, base * math.pow(2, min(failures, 16))))

@@ -1,0 +1,76 @@
+"""Maintenance: work on the shared table that one worker at a time should do.
+
+Every worker runs a `Maintainer` with the same list of `Maintenance` pieces; each
+pass of a piece runs in a transaction of its own behind one gate, a transaction-level
+advisory lock named for the piece and the schema: the worker that takes it does the
+pass, the others skip it. A pass that did a full batch runs again at once, in a new
+transaction, so that no lock is held for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+from psycopg_pool import AsyncConnectionPool
+
+from asyncq.store import Conn, Store
+from asyncq.worker.observer import Observer
+from asyncq.worker.services import every
+
+PASS_DEADLINE = 30.0
+
+
+class Maintenance(Protocol):
+    name: str
+    interval: float
+
+    async def run(self, conn: Conn) -> bool:
+        """One pass, inside the gate's transaction; True if there may be more to do now."""
+        ...
+
+
+class Maintainer:
+    name = "maintenance"
+
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool,
+        store: Store,
+        schema: str,
+        pieces: Sequence[Maintenance],
+        observer: Observer,
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.schema = schema
+        self.pieces = list(pieces)
+        self.observer = observer
+        self._due = dict.fromkeys((p.name for p in self.pieces), 0.0)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await every(self.name, self._until_next, self._due_passes, self.observer)
+
+    def _until_next(self) -> float:
+        return max(0.0, min(self._due.values()) - anyio.current_time())
+
+    async def _due_passes(self) -> None:
+        for piece in self.pieces:
+            now = anyio.current_time()
+            if self._due[piece.name] > now:
+                continue
+            self._due[piece.name] = now + piece.interval
+            while await self.gated(piece):
+                pass
+
+    async def gated(self, piece: Maintenance) -> bool:
+        """One pass of ``piece`` if no other worker runs one now; True if there is more."""
+        with anyio.fail_after(PASS_DEADLINE):
+            async with self.pool.connection() as conn, conn.transaction():
+                if not await self.store.try_lock(conn, name=piece.name, schema=self.schema):
+                    return False
+                return await piece.run(conn)

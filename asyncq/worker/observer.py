@@ -1,0 +1,312 @@
+"""The worker's events, and their listeners.
+
+The runtime reports what happens through one `Observer`: a worker starts and stops,
+jobs are claimed, attempts finish (by their written outcome), leases are lost, expired
+jobs are rescued, a service meets a database error. Logging (`LogObserver`) and the
+counts a worker returns (`Counts`, `WorkerStats`) are listeners; metrics and tracing
+are more of them, added without touching the runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from asyncq.job import Job
+from asyncq.worker.outcomes import Kind, Outcome
+
+logger = logging.getLogger("asyncq.worker")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerStats:
+    """What a worker did, returned when it stops."""
+
+    worker: str
+    claimed: int
+    done: int
+    failed_attempts: int
+    released: int
+    snoozed: int = 0
+    lost: int = 0
+    left_running: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerInfo:
+    id: str
+    queues: tuple[str, ...] | None
+    concurrency: int
+    batch_size: int
+    lease: float
+
+
+class Observer:
+    """A listener to a worker's events; each method here does nothing."""
+
+    def started(self, worker: WorkerInfo) -> None:
+        pass
+
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        pass
+
+    def finished(self, outcome: Outcome, status: str) -> None:
+        """``outcome`` was written; ``status`` is the row's status now."""
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        """This worker's claim of ``job`` is gone: it writes nothing more for it."""
+
+    def unrecorded(self, outcome: Outcome, error: BaseException) -> None:
+        """The database refused ``outcome`` for good; the job's lease will bring it back."""
+
+    def rescued(self, jobs: Mapping[int, str]) -> None:
+        """Jobs whose lease expired went back to the queue (or failed): id -> status."""
+
+    def stopping(self, running: int, grace: float) -> None:
+        pass
+
+    def stopped_running(self, jobs: Sequence[Job]) -> None:
+        """The grace period is over: these jobs are being cancelled and handed back."""
+
+    def left_running(self, jobs: Sequence[Job]) -> None:
+        """These attempts did not stop when cancelled: they are left to their lease."""
+
+    def stopped(self, stats: WorkerStats) -> None:
+        pass
+
+    def service_failed(self, service: str, error: BaseException, retry_in: float) -> None:
+        """A database call of a service failed (transiently); it tries again later."""
+
+    def listener_connected(self, reconnected: bool) -> None:
+        pass
+
+
+class Observers(Observer):
+    """Several observers as one."""
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = list(observers)
+
+    def started(self, worker: WorkerInfo) -> None:
+        for o in self.observers:
+            o.started(worker)
+
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        for o in self.observers:
+            o.claimed(jobs)
+
+    def finished(self, outcome: Outcome, status: str) -> None:
+        for o in self.observers:
+            o.finished(outcome, status)
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        for o in self.observers:
+            o.lease_lost(job, why)
+
+    def unrecorded(self, outcome: Outcome, error: BaseException) -> None:
+        for o in self.observers:
+            o.unrecorded(outcome, error)
+
+    def rescued(self, jobs: Mapping[int, str]) -> None:
+        for o in self.observers:
+            o.rescued(jobs)
+
+    def stopping(self, running: int, grace: float) -> None:
+        for o in self.observers:
+            o.stopping(running, grace)
+
+    def stopped_running(self, jobs: Sequence[Job]) -> None:
+        for o in self.observers:
+            o.stopped_running(jobs)
+
+    def left_running(self, jobs: Sequence[Job]) -> None:
+        for o in self.observers:
+            o.left_running(jobs)
+
+    def stopped(self, stats: WorkerStats) -> None:
+        for o in self.observers:
+            o.stopped(stats)
+
+    def service_failed(self, service: str, error: BaseException, retry_in: float) -> None:
+        for o in self.observers:
+            o.service_failed(service, error, retry_in)
+
+    def listener_connected(self, reconnected: bool) -> None:
+        for o in self.observers:
+            o.listener_connected(reconnected)
+
+
+class Counts(Observer):
+    """Counts what the worker did, for its `WorkerStats`."""
+
+    def __init__(self) -> None:
+        self.claims = 0
+        self.by_kind = dict.fromkeys(Kind, 0)
+        self.lost = 0
+
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        self.claims += len(jobs)
+
+    def finished(self, outcome: Outcome, status: str) -> None:
+        self.by_kind[outcome.kind] += 1
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        self.lost += 1
+
+    def stats(self, worker: str, *, left_running: int = 0) -> WorkerStats:
+        kinds = self.by_kind
+        return WorkerStats(
+            worker=worker,
+            claimed=self.claims,
+            done=kinds[Kind.DONE],
+            failed_attempts=kinds[Kind.RETRY] + kinds[Kind.FAIL],
+            released=kinds[Kind.RELEASE],
+            snoozed=kinds[Kind.SNOOZE],
+            lost=self.lost,
+            left_running=left_running,
+        )
+
+
+_FAILED = {"listener": "listener connection lost", "completer": "could not write outcomes"}
+
+
+def _first_line(text: str | None) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+class LogObserver(Observer):
+    """Logs the events, each with a stable ``action``; never job arguments."""
+
+    def started(self, worker: WorkerInfo) -> None:
+        logger.info(
+            "worker %s started: queues=%s concurrency=%d batch_size=%d lease=%gs",
+            worker.id,
+            ",".join(worker.queues) if worker.queues else "*",
+            worker.concurrency,
+            worker.batch_size,
+            worker.lease,
+            extra={"action": "worker_started", "worker": worker.id},
+        )
+
+    def finished(self, outcome: Outcome, status: str) -> None:
+        kind, job = outcome.kind, outcome.job
+        if kind is Kind.DONE:
+            return
+        if kind is Kind.RETRY and status == "queued":
+            logger.warning(
+                "job %d (%s) attempt %d of %d failed, retrying in %.1fs: %s",
+                job.id,
+                job.task_name,
+                job.attempt,
+                job.max_attempts,
+                outcome.delay,
+                _first_line(outcome.error),
+                extra={"action": "job_retry", "job_id": job.id},
+            )
+        elif status == "failed":
+            logger.error(
+                "job %d (%s) failed for good after attempt %d of %d: %s",
+                job.id,
+                job.task_name,
+                job.attempt,
+                job.max_attempts,
+                _first_line(outcome.error),
+                extra={"action": "job_failed", "job_id": job.id},
+            )
+        elif kind is Kind.SNOOZE:
+            logger.info(
+                "job %d (%s) snoozed for %.1fs",
+                job.id,
+                job.task_name,
+                outcome.delay,
+                extra={"action": "job_snoozed", "job_id": job.id},
+            )
+        elif kind is Kind.RELEASE:
+            logger.info(
+                "job %d (%s) handed back to the queue (attempt %d)",
+                job.id,
+                job.task_name,
+                job.attempt,
+                extra={"action": "job_released", "job_id": job.id},
+            )
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        logger.warning(
+            "job %d: lease lost during attempt %d (%s)",
+            job.id,
+            job.attempt,
+            why,
+            extra={"action": "lease_lost", "job_id": job.id},
+        )
+
+    def unrecorded(self, outcome: Outcome, error: BaseException) -> None:
+        job = outcome.job
+        logger.error(
+            "job %d (%s): the database refused the outcome of attempt %d (%s: %s);"
+            " its lease will bring it back",
+            job.id,
+            job.task_name,
+            job.attempt,
+            type(error).__name__,
+            _first_line(str(error)),
+            extra={"action": "outcome_refused", "job_id": job.id},
+        )
+
+    def rescued(self, jobs: Mapping[int, str]) -> None:
+        for job_id, status in jobs.items():
+            logger.warning(
+                "job %d: its worker stopped renewing the lease; now %s",
+                job_id,
+                status,
+                extra={"action": "job_reaped", "job_id": job_id},
+            )
+
+    def stopping(self, running: int, grace: float) -> None:
+        logger.info(
+            "stopping: no new claims; waiting up to %gs for %d running jobs",
+            grace,
+            running,
+            extra={"action": "worker_stopping"},
+        )
+
+    def stopped_running(self, jobs: Sequence[Job]) -> None:
+        logger.warning(
+            "grace period over: cancelling %d running jobs and handing them back",
+            len(jobs),
+            extra={"action": "jobs_cancelled"},
+        )
+
+    def left_running(self, jobs: Sequence[Job]) -> None:
+        logger.error(
+            "%d jobs did not stop when cancelled (%s); leaving them to their lease",
+            len(jobs),
+            ", ".join(f"job {j.id} ({j.task_name})" for j in jobs[:10]),
+            extra={"action": "jobs_left_running"},
+        )
+
+    def stopped(self, stats: WorkerStats) -> None:
+        logger.info(
+            "worker %s stopped: %d claimed, %d done, %d failed attempts, %d handed back",
+            stats.worker,
+            stats.claimed,
+            stats.done,
+            stats.failed_attempts,
+            stats.released,
+            extra={"action": "worker_stopped", "worker": stats.worker},
+        )
+
+    def service_failed(self, service: str, error: BaseException, retry_in: float) -> None:
+        text = _first_line(str(error).strip())
+        logger.warning(
+            "%s (%s%s); trying again in %.1fs",
+            _FAILED.get(service, f"{service} failed"),
+            type(error).__name__,
+            f": {text}" if text else "",
+            retry_in,
+            extra={"action": f"{service}_failed"},
+        )
+
+    def listener_connected(self, reconnected: bool) -> None:
+        if reconnected:
+            logger.info("listener reconnected", extra={"action": "listener_reconnected"})

@@ -1,0 +1,129 @@
+"""What happens to a job after an attempt: a pure decision, tested as a table.
+
+`decide` takes how the attempt ended (returned, raised, or was stopped by the worker)
+and the task's policy, and returns the `Outcome` to write, or None when there is
+nothing this worker may write (it lost the lease).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import traceback
+from typing import Any, NamedTuple, Protocol
+
+from asyncq.control import Discard, Retry, Snooze
+from asyncq.errors import UndecodableArguments
+from asyncq.job import Job
+from asyncq.retry import Backoff
+
+MAX_ERROR_CHARS = 8000
+MAX_TRACEBACK_FRAMES = 12
+DEFAULT_BACKOFF = Backoff()
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Kind(enum.Enum):
+    DONE = "done"  # returned: the row is done
+    RETRY = "retry"  # failed, attempts left: queued again after ``delay``
+    FAIL = "fail"  # failed for good
+    SNOOZE = "snooze"  # queued again after ``delay``; the attempt does not count
+    RELEASE = "release"  # handed back at shutdown
+
+
+class Outcome(NamedTuple):
+    job: Job
+    kind: Kind
+    error: str | None = None  # the row's last_error (RETRY, FAIL)
+    delay: float = 0.0  # seconds until the job may run again (RETRY, SNOOZE)
+    result: Any = None  # what the task returned (DONE)
+
+
+class Stop(enum.Enum):
+    """Why the worker itself cancelled an attempt."""
+
+    LEASE_LOST = "lease lost"  # another claim owns the row now: write nothing
+    TIMEOUT = "timeout"  # the task's timeout ran out: a failed attempt
+    SHUTDOWN = "shutdown"  # the grace period is over: hand the job back
+
+
+class Policy(Protocol):
+    """What `decide` needs of a task."""
+
+    @property
+    def retry(self) -> Backoff: ...
+
+    @property
+    def retry_on(self) -> tuple[type[BaseException], ...] | None: ...
+
+    @property
+    def timeout(self) -> float | None: ...
+
+
+def decide(
+    job: Job,
+    policy: Policy | None,
+    *,
+    result: Any = None,
+    error: BaseException | None = None,
+    stop: Stop | None = None,
+) -> Outcome | None:
+    """The outcome of an attempt of ``job`` (``policy`` None: its task is unknown here).
+
+    ``error`` is what the attempt raised, None if it returned ``result``; ``stop`` says
+    why the worker cancelled it, if it did. An attempt the worker stopped but that
+    returned anyway is done, unless its lease is gone.
+    """
+    if stop is Stop.LEASE_LOST:
+        return None
+    if error is None:
+        return Outcome(job, Kind.DONE, result=result)
+    if stop is Stop.SHUTDOWN:
+        return Outcome(job, Kind.RELEASE)
+    if stop is Stop.TIMEOUT:
+        assert policy is not None and policy.timeout is not None
+        text = (
+            f"TimeoutError: attempt {job.attempt} of {job.max_attempts} timed out after"
+            f" {policy.timeout:g}s and was cancelled"
+        )
+        return _failed(job, policy, text)
+    if isinstance(error, Discard):
+        return Outcome(job, Kind.FAIL, error=f"Discard: {error.reason}")
+    if isinstance(error, Snooze):
+        return Outcome(job, Kind.SNOOZE, delay=error.after)
+    text = describe_error(error)
+    if isinstance(error, Retry):
+        return _failed(job, policy, text, after=error.after)
+    if isinstance(error, UndecodableArguments):
+        return Outcome(job, Kind.FAIL, error=text)  # the same bytes fail the same way again
+    if (
+        policy is not None
+        and policy.retry_on is not None
+        and not isinstance(error, policy.retry_on)
+    ):
+        return Outcome(job, Kind.FAIL, error=text)
+    return _failed(job, policy, text)
+
+
+def _failed(job: Job, policy: Policy | None, text: str, after: float | None = None) -> Outcome:
+    if job.attempt >= job.max_attempts:
+        return Outcome(job, Kind.FAIL, error=text)
+    if after is None:
+        after = (policy.retry if policy is not None else DEFAULT_BACKOFF).delay(job.attempt)
+    return Outcome(job, Kind.RETRY, error=text, delay=after)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` and a trimmed traceback, without frame locals."""
+    head = "".join(traceback.format_exception_only(exc)).strip()
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next  # asyncq's own frames say nothing about the job
+    frames = traceback.format_tb(tb or exc.__traceback__, limit=-MAX_TRACEBACK_FRAMES)
+    text = head + ("\n\nTraceback (most recent call last):\n" + "".join(frames) if frames else "")
+    # PostgreSQL text holds neither NUL nor unpaired surrogates: escape them, or the
+    # outcome could never be written.
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 15] + "\n... (trimmed)"
+    return text

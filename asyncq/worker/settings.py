@@ -1,0 +1,246 @@
+"""A worker's settings: each option's default, bounds and help, written once.
+
+`WorkerSettings` validates them. ``asyncq worker``'s options (`add_arguments`,
+`from_arguments`) and ``App.run_worker``'s keyword arguments (`WorkerOptions`) are
+derived from its fields, so the three cannot disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Any, TypedDict
+
+from asyncq.codec import validate_name
+from asyncq.errors import ConfigurationError
+
+# A job handed back at shutdown does not count its attempt this many times; after that,
+# each hand-back counts (see the README, "Signals and grace").
+FREE_HANDBACKS = 3
+# After the grace period, how long stopped jobs have to end before the worker leaves
+# those that do not (a task that swallows cancellation) to their lease.
+STOP_DEADLINE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """How one setting is given: its check, and its command-line form (if it has one)."""
+
+    check: Callable[[Any, str], Any]
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    help: str = ""
+
+
+def _int(low: int, high: int) -> Callable[[Any, str], int]:
+    def check(value: Any, name: str) -> int:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigurationError(
+                f"{name} must be a whole number from {low} to {high}, not {value!r}"
+            )
+        return value
+
+    return check
+
+
+def _seconds(low: float, high: float, *, above: bool = False) -> Callable[[Any, str], float]:
+    def check(value: Any, name: str) -> float:
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        ok = (
+            isinstance(number, int | float)
+            and not isinstance(number, bool)
+            and math.isfinite(number)
+            and (low < number if above else low <= number)
+            and number <= high
+        )
+        if not ok:
+            bound = "more than" if above else "from"
+            raise ConfigurationError(
+                f"{name} must be a number of seconds {bound} {low:g} to {high:g}, not {value!r}"
+            )
+        return float(number)
+
+    return check
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def _queues(value: Any, name: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]  # one queue name, not a sequence of one-letter names
+    queues = tuple(value)
+    for queue in queues:
+        validate_name("queue", queue)
+    return queues or None
+
+
+def _batch_size(value: Any, name: str) -> int | None:
+    return None if value is None else _int(1, 10_000)(value, name)
+
+
+def option(default: Any, check: Callable[[Any, str], Any], *flags: str, **how: Any) -> Any:
+    return field(default=default, metadata={"option": Option(check, flags, **how)})
+
+
+DAY = 86_400.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerSettings:
+    """Everything a worker is told. Options with flags are ``asyncq worker``'s."""
+
+    queues: tuple[str, ...] | None = option(
+        None,
+        _queues,
+        "-q",
+        "--queue",
+        metavar="Q",
+        help="serve this queue (repeat for several; default: every queue)",
+    )
+    concurrency: int = option(
+        10, _int(1, 100_000), "-c", "--concurrency", metavar="N", help="jobs run at once"
+    )
+    batch_size: int | None = option(
+        None,
+        _batch_size,
+        "--batch-size",
+        metavar="N",
+        help="most jobs claimed by one query (default: the concurrency, at most 100)",
+    )
+    lease: float = option(
+        30.0,
+        _seconds(0.5, 7 * DAY),
+        "--lease",
+        metavar="SECONDS",
+        help="how long a claimed job stays this worker's without a heartbeat",
+    )
+    grace: float = option(
+        20.0,
+        _seconds(0, DAY),
+        "--grace",
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running jobs may finish before they are handed back",
+    )
+    poll_interval: float = option(
+        1.0,
+        _seconds(0.05, DAY),
+        "--poll-interval",
+        metavar="SECONDS",
+        help="look for ready jobs at least this often, notifications or not",
+    )
+    listener_health_interval: float = option(
+        10.0,
+        _seconds(0.1, DAY),
+        "--listener-health-interval",
+        metavar="SECONDS",
+        help="advanced: check the LISTEN connection after this long without a notification",
+    )
+    listener_health_timeout: float = option(
+        5.0,
+        _seconds(0.1, 3600),
+        "--listener-health-timeout",
+        metavar="SECONDS",
+        help="advanced: reconnect when that check gets no answer within this long",
+    )
+    drain: bool = option(
+        False,
+        _flag,
+        "--drain",
+        help="exit once no job is ready and none is running (for scripts and tests)",
+    )
+    handle_signals: bool = option(True, _flag)
+    # Not options: the App's retention, and maintenance intervals.
+    retention: timedelta = timedelta(days=7)
+    rescue_interval: float = 2.0
+    prune_interval: float = 60.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            spec: Option | None = f.metadata.get("option")
+            if spec is not None:
+                object.__setattr__(self, f.name, spec.check(getattr(self, f.name), f.name))
+        if self.batch_size is None:
+            object.__setattr__(self, "batch_size", min(self.concurrency, 100))
+
+    @property
+    def batch(self) -> int:
+        assert self.batch_size is not None
+        return self.batch_size
+
+
+class WorkerOptions(TypedDict, total=False):
+    """``App.run_worker``'s keyword arguments: the options of `WorkerSettings`."""
+
+    concurrency: int
+    batch_size: int | None
+    lease: float
+    grace: float
+    poll_interval: float
+    listener_health_interval: float
+    listener_health_timeout: float
+    drain: bool
+    handle_signals: bool
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``asyncq worker``'s options, one per setting with flags. Values are checked by
+    `from_arguments`, so that a bad one is a one-line error naming its flag."""
+    for f in fields(WorkerSettings):
+        spec: Option | None = f.metadata.get("option")
+        if spec is None or not spec.flags:
+            continue
+        help_text = spec.help
+        if f.default not in (None, False):
+            help_text += f" (default: {f.default:g})"
+        if f.name == "queues":
+            parser.add_argument(
+                *spec.flags, dest=f.name, action="append", metavar=spec.metavar, help=help_text
+            )
+        elif spec.check is _flag:
+            parser.add_argument(
+                *spec.flags, dest=f.name, action="store_true", default=None, help=help_text
+            )
+        else:
+            parser.add_argument(*spec.flags, dest=f.name, metavar=spec.metavar, help=help_text)
+
+
+def from_arguments(args: argparse.Namespace) -> tuple[tuple[str, ...] | None, dict[str, Any]]:
+    """The queues and the other options given to ``asyncq worker``, checked; a bad value
+    is a `ConfigurationError` that names its flag."""
+    given: dict[str, Any] = {}
+    for f in fields(WorkerSettings):
+        spec: Option | None = f.metadata.get("option")
+        value = getattr(args, f.name, None)
+        if spec is None or not spec.flags or value is None:
+            continue
+        given[f.name] = spec.check(value, spec.flags[-1])
+    queues = given.pop("queues", None)
+    WorkerSettings(queues=queues, **given)
+    return queues, given
+
+
+def from_options(queues: Sequence[str] | str | None, **options: Any) -> WorkerSettings:
+    """The settings from ``App.run_worker``'s arguments."""
+    known = {f.name for f in fields(WorkerSettings)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown worker options: {', '.join(unknown)}")
+    return WorkerSettings(queues=queues, **options)  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""The App's `JobWriter`: where each kind of defer writes its job.
+
+A plain defer goes to the `Inserter` (gathered with concurrent ones, on the App's
+pool); a defer with ``conn=`` writes on the caller's connection, in its transaction; a
+defer with a unique key writes its own row; ``defer_many`` writes its jobs in one
+statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from asyncq.errors import AppNotOpen
+from asyncq.inserter import Inserter
+from asyncq.store import NewJob, Store
+
+
+async def _not_open(job: NewJob) -> int:
+    raise AppNotOpen()
+
+
+class Writer:
+    def __init__(self, store: Store, *, max_args_bytes: int) -> None:
+        self.store = store
+        self._max_args_bytes = max_args_bytes
+        self._pool: AsyncConnectionPool | None = None
+        self._inserter: Inserter | None = None
+        self._insert = _not_open
+
+    @property
+    def max_args_bytes(self) -> int:
+        return self._max_args_bytes
+
+    def open(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._inserter = Inserter(pool=pool, store=self.store)
+        self._insert = self._inserter.insert
+
+    async def close(self) -> None:
+        inserter, self._inserter, self._pool = self._inserter, None, None
+        self._insert = _not_open
+        if inserter is not None:
+            await inserter.close()
+
+    def write(self, job: NewJob) -> Awaitable[int]:
+        # Not a coroutine of its own: the hottest path is the inserter's alone.
+        return self._insert(job)
+
+    async def write_alone(
+        self, job: NewJob, *, conn: AsyncConnection[Any] | None, unique_key: str | None
+    ) -> int:
+        if conn is not None:
+            return await self.store.insert_job(conn, job, unique_key=unique_key)
+        async with self._opened().connection() as pooled:
+            return await self.store.insert_job(pooled, job, unique_key=unique_key)
+
+    async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
+        if conn is not None:
+            return await self.store.insert_jobs(conn, jobs)
+        async with self._opened().connection() as pooled:
+            return await self.store.insert_jobs(pooled, jobs)
+
+    def _opened(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise AppNotOpen()
+        return self._pool

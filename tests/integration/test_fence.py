@@ -1,0 +1,76 @@
+"""The lease and the fence: a claim's lease starts when the claim is written, and a
+write of a stale attempt is refused even after a requeue reset the attempts."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+import asyncq
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_claim_that_waited_for_a_table_lock_gets_its_whole_lease(
+    app: asyncq.App, db: Any, aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @app.task(name="fence.hold")
+    async def hold() -> None:
+        started.set()
+        await release.wait()
+
+    job_id = await hold.defer()
+    async with anyio.create_task_group() as tg:
+        # A SHARE lock, as CREATE INDEX without CONCURRENTLY takes: the claim waits.
+        await aconn.execute("BEGIN")
+        await aconn.execute("LOCK TABLE asyncq_jobs IN SHARE MODE")
+        tg.start_soon(lambda: app.run_worker(lease=4, poll_interval=0.2, handle_signals=False))
+        await anyio.sleep(3)
+        await aconn.execute("COMMIT")
+        released = await (await aconn.execute("SELECT clock_timestamp()")).fetchone()
+        assert released is not None
+        with anyio.fail_after(10):
+            await started.wait()
+        row = db.execute(
+            "SELECT locked_at, expires_at FROM asyncq_jobs WHERE id = %s", (job_id,)
+        ).fetchone()
+        release.set()
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    locked_at, expires_at = row
+    assert locked_at >= released[0] - timedelta(seconds=0.5)
+    assert expires_at >= released[0] + timedelta(seconds=3.5)
+
+
+async def test_a_stale_attempt_cannot_write_after_a_requeue_and_a_new_claim(
+    app: asyncq.App, db: Any
+) -> None:
+    @app.task(name="fence.once", max_attempts=1)
+    async def once() -> None:
+        pass
+
+    store, worker, lease = app.store, "host:1:stale", timedelta(seconds=30)
+    job_id = await once.defer()
+    async with app.pool.connection() as conn:
+        [first] = await store.claim(conn, worker=worker, limit=1, queues=None, lease=lease)
+        # The worker froze: its lease ran out, the reaper failed the job (its only attempt),
+        # a person requeued it, and the same worker, thawed, claimed it again.
+        db.execute("UPDATE asyncq_jobs SET expires_at = now() - interval '1 second'")
+        reaped = await store.reap_expired(conn, limit=10)
+        assert reaped == {job_id: "failed"}
+        assert (await app.requeue([job_id])).requeued == [job_id]
+        [second] = await store.claim(conn, worker=worker, limit=1, queues=None, lease=lease)
+        assert second.attempt == first.attempt == 1
+        # The first attempt's late outcome: refused, whatever the attempt number says.
+        owned = await store.mark_done(conn, worker=worker, jobs=[first])
+        assert owned == set()
+    status = db.execute("SELECT status::text FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert status == ("running",)

@@ -1,0 +1,244 @@
+"""The dispatcher: runners, held attempts, and the worker's own stops of an attempt (lease
+lost, timeout, shutdown), which reach exactly the attempt they are meant for."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+import asyncq
+from asyncq.job import Job
+from asyncq.worker import dispatch
+from asyncq.worker.dispatch import Dispatcher
+from asyncq.worker.executor import Executor
+from asyncq.worker.observer import Observer
+from asyncq.worker.outcomes import Kind, Outcome, Stop
+from asyncq.worker.slots import Slots
+
+
+class FakeTask:
+    def __init__(self, name: str, fn: Callable[..., Awaitable[Any]], timeout: float | None = None):
+        self.name = name
+        self.fn = fn
+        self.retry = asyncq.Backoff(base=1, factor=1, cap=1, jitter=0)
+        self.retry_on: tuple[type[BaseException], ...] | None = None
+        self.timeout = timeout
+
+    def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]:
+        return self.fn(**stored_args)  # type: ignore[return-value]
+
+
+class Lost(Observer):
+    def __init__(self) -> None:
+        self.lost: list[tuple[int, str]] = []
+        self.left: list[int] = []
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        self.lost.append((job.id, why))
+
+    def left_running(self, jobs: Any) -> None:
+        self.left += [j.id for j in jobs]
+
+
+class Harness:
+    def __init__(self, concurrency: int, *tasks: FakeTask) -> None:
+        self.tasks = {t.name: t for t in tasks}
+        self.outcomes: dict[int, Outcome] = {}
+        self.observer = Lost()
+        self.slots = Slots(concurrency)
+        self.dispatcher = Dispatcher(
+            concurrency=concurrency,
+            tasks=self.tasks,
+            executor=Executor(tasks=self.tasks, worker="w"),
+            slots=self.slots,
+            submit=self.submitted,
+            observer=self.observer,
+        )
+        self.ended = asyncio.Event()
+        self.next_id = 0
+
+    def submitted(self, outcome: Outcome) -> None:
+        self.outcomes[outcome.job.id] = outcome
+        self.ended.set()
+
+    def hold(self, task: str, **args: Any) -> int:
+        self.next_id += 1
+        self.slots.take(1)
+        self.dispatcher.hold(Job(self.next_id, task, "q", json.dumps(args), 1, 3, 1))
+        return self.next_id
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not predicate():
+                self.ended.clear()
+                await self.ended.wait()
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(main())
+
+
+def test_a_stop_sent_as_an_attempt_ends_reaches_that_attempt_not_the_next() -> None:
+    # One runner. A's last await resolves and, in the same turn of the loop, before the
+    # runner resumes, A's lease is found lost: the stop must land in A (its outcome is
+    # dropped), never in B, the next job the runner takes.
+    async def main() -> None:
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        b_ran: list[str] = []
+
+        async def a() -> None:
+            await gate
+
+        async def b() -> None:
+            await asyncio.sleep(0.01)
+            b_ran.append("b")
+
+        h = Harness(1, FakeTask("a", a), FakeTask("b", b))
+        h.dispatcher.start()
+        a_id = h.hold("a")
+        b_id = h.hold("b")
+        await asyncio.sleep(0.01)  # A runs, waiting on the gate
+        attempt_a = h.dispatcher.held[a_id]
+        gate.set_result(None)
+        h.dispatcher.lose(attempt_a, "reaped")
+        await h.until(lambda: b_id in h.outcomes)
+        assert h.outcomes[b_id].kind is Kind.DONE and b_ran == ["b"]
+        assert a_id not in h.outcomes  # lost: nothing to write
+        assert h.observer.lost == [(a_id, "reaped")]
+        assert not h.dispatcher.held.get(a_id)
+
+    run(main)
+
+
+def test_a_cancelled_error_the_task_raises_fails_its_attempt_and_nothing_else() -> None:
+    async def main() -> None:
+        async def itself() -> None:
+            raise asyncio.CancelledError()
+
+        async def slow() -> str:
+            await asyncio.sleep(0.05)
+            return "slow"
+
+        h = Harness(2, FakeTask("itself", itself), FakeTask("slow", slow))
+        h.dispatcher.start()
+        slow_id = h.hold("slow")
+        itself_id = h.hold("itself")
+        again = h.hold("slow")  # on the runner that ran `itself`
+        await h.until(lambda: len(h.outcomes) == 3)
+        assert h.outcomes[itself_id].kind is Kind.RETRY
+        assert "CancelledError" in (h.outcomes[itself_id].error or "")
+        assert h.outcomes[slow_id].kind is h.outcomes[again].kind is Kind.DONE
+        assert h.outcomes[again].result == "slow"
+
+    run(main)
+
+
+def test_a_timeout_cancels_only_its_attempt_and_the_runner_goes_on() -> None:
+    async def main() -> None:
+        async def sleepy() -> None:
+            await asyncio.sleep(10)
+
+        async def quick() -> int:
+            async with asyncio.timeout(1):  # a timeout of the task's own still works after
+                await asyncio.sleep(0.01)
+            return 1
+
+        h = Harness(1, FakeTask("sleepy", sleepy, timeout=0.05), FakeTask("quick", quick))
+        h.dispatcher.start()
+        sleepy_id = h.hold("sleepy")
+        quick_id = h.hold("quick")
+        await h.until(lambda: len(h.outcomes) == 2)
+        assert h.outcomes[sleepy_id].kind is Kind.RETRY
+        assert (h.outcomes[sleepy_id].error or "").startswith("TimeoutError: attempt 1 of 3")
+        assert h.outcomes[quick_id].kind is Kind.DONE
+
+    run(main)
+
+
+def test_a_task_that_swallows_a_stop_and_returns_is_done_and_leaves_no_cancel_behind() -> None:
+    async def main() -> None:
+        async def swallows() -> str:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                pass
+            return "swallowed"
+
+        async def after() -> str:
+            await asyncio.sleep(0.01)
+            current = asyncio.current_task()
+            assert current is not None
+            return f"cancelling={current.cancelling()}"
+
+        h = Harness(1, FakeTask("swallows", swallows, timeout=0.02), FakeTask("after", after))
+        h.dispatcher.start()
+        first = h.hold("swallows")
+        second = h.hold("after")
+        await h.until(lambda: len(h.outcomes) == 2)
+        assert h.outcomes[first].kind is Kind.DONE
+        assert h.outcomes[second].result == "cancelling=0"
+
+    run(main)
+
+
+def test_shutdown_hands_back_what_outlives_the_grace_and_leaves_the_stubborn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dispatch, "STOP_DEADLINE", 0.2)
+
+    async def main() -> None:
+        async def sleeps() -> None:
+            await asyncio.sleep(10)
+
+        async def stubborn() -> None:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 1.0
+            while loop.time() < end:
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    pass
+
+        h = Harness(3, FakeTask("sleeps", sleeps), FakeTask("stubborn", stubborn))
+        h.dispatcher.start()
+        sleeping = h.hold("sleeps")
+        stubborn_id = h.hold("stubborn")
+        await asyncio.sleep(0.02)
+        started = asyncio.get_running_loop().time()
+        left = await h.dispatcher.stop(grace=0.05)
+        assert asyncio.get_running_loop().time() - started < 0.9  # not the stubborn second
+        assert [j.id for j in left] == [stubborn_id] and h.observer.left == [stubborn_id]
+        assert h.outcomes[sleeping].kind is Kind.RELEASE
+        assert stubborn_id not in h.outcomes and stubborn_id not in h.dispatcher.held
+        await asyncio.sleep(1.0)  # it ends on its own later: nothing is written for it
+        assert stubborn_id not in h.outcomes
+
+    run(main)
+
+
+def test_a_job_claimed_again_here_loses_the_earlier_claim() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gates: dict[int, asyncio.Future[None]] = {1: loop.create_future(), 2: loop.create_future()}
+
+        async def waits() -> None:
+            await gates[asyncq.current_job().attempt]
+
+        h = Harness(2, FakeTask("waits", waits))
+        h.dispatcher.start()
+        first = Job(7, "waits", "q", "{}", 1, 3, 1)
+        h.slots.take(1)
+        h.dispatcher.hold(first)
+        await asyncio.sleep(0.01)
+        h.slots.take(1)
+        h.dispatcher.hold(first._replace(attempt=2, claim=2))
+        gates[2].set_result(None)
+        await h.until(lambda: 7 in h.outcomes)
+        assert h.outcomes[7].job.claim == 2
+        assert h.observer.lost == [(7, "claimed again here as attempt 2")]
+
+    run(main)
