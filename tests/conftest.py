@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import asyncq
 from asyncq import embedded
+from tests.harness.ledger import Ledger
 
 SESSION_DB = f"asyncq_test_{os.getpid()}"
 
@@ -69,6 +71,12 @@ def dsn(session_dsn: str) -> str:
     with psycopg.connect(session_dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE asyncq_jobs RESTART IDENTITY")
     return session_dsn
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    """The ledger of the harness app's task runs in this test (`tests.harness.ledger`)."""
+    return Ledger(tmp_path / "ledger.txt")
 
 
 @pytest.fixture

@@ -48,20 +48,21 @@ SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
 RETURNING id
 
 -- name: claim_any
--- The lease runs from when the row is written (clock_timestamp()), not from when the
--- statement began (now()): a claim that waited behind a table lock gets a whole lease.
+-- The lease runs from when the rows are written (clock_timestamp(), read once), not from
+-- when the statement began (now()): a claim that waited behind a table lock (a CREATE
+-- INDEX, say) still gets a whole lease.
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now()
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
-)
+), clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
 UPDATE asyncq_jobs AS j
    SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
-       locked_by = %(worker)s, locked_at = clock_timestamp(), lease = %(lease)s,
-       expires_at = clock_timestamp() + %(lease)s
-  FROM next
+       locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
+       expires_at = clock.now + %(lease)s
+  FROM next, clock
  WHERE j.id = next.id
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
 
@@ -72,12 +73,12 @@ WITH next AS MATERIALIZED (
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
-)
+), clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
 UPDATE asyncq_jobs AS j
    SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
-       locked_by = %(worker)s, locked_at = clock_timestamp(), lease = %(lease)s,
-       expires_at = clock_timestamp() + %(lease)s
-  FROM next
+       locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
+       expires_at = clock.now + %(lease)s
+  FROM next, clock
  WHERE j.id = next.id
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
 
@@ -141,9 +142,10 @@ UPDATE asyncq_jobs AS j
 RETURNING j.id, j.status::text
 
 -- name: heartbeat
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
 UPDATE asyncq_jobs AS j
-   SET locked_at = clock_timestamp(), expires_at = clock_timestamp() + j.lease
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+   SET locked_at = clock.now, expires_at = clock.now + j.lease
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim), clock
  WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id

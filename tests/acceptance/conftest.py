@@ -1,4 +1,5 @@
-"""Fixtures for the acceptance tests; the helpers live in `tests.acceptance.support`."""
+"""Fixtures for the acceptance tests: worker processes of the harness app on the test
+database (`tests.harness`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.support import Ledger, Workers
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.txt")
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers
 
 
 @pytest.fixture

@@ -13,7 +13,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import asyncq
-from tests.acceptance.support import APP, NOOP, Ledger, Workers, insert_jobs
+from tests.harness.app import APP, NOOP
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers
 
 WORKER_OPTIONS = [
     "--queue",
@@ -60,9 +63,9 @@ def test_worker_help_lists_every_option(workers: Workers) -> None:
     ("target", "mentions"),
     [
         ("nosuchmodule:app", "nosuchmodule"),
-        ("tests.acceptance.ledger_app:nope", "nope"),
-        ("tests.acceptance.ledger_app:noop", "not an asyncq.App"),
-        ("tests.acceptance.ledger_app", "MODULE:APP"),
+        ("tests.harness.app:nope", "nope"),
+        ("tests.harness.app:noop", "not an asyncq.App"),
+        ("tests.harness.app", "MODULE:APP"),
     ],
 )
 def test_a_bad_app_path_is_a_one_line_error(workers: Workers, target: str, mentions: str) -> None:
@@ -71,7 +74,7 @@ def test_a_bad_app_path_is_a_one_line_error(workers: Workers, target: str, menti
 
 
 def test_an_unreachable_database_is_a_one_line_error(workers: Workers) -> None:
-    env = workers.env(ASYNCQ_DSN="postgresql://postgres@127.0.0.1:1/x", LEDGER_CONNECT_TIMEOUT="1")
+    env = workers.env(ASYNCQ_DSN="postgresql://postgres@127.0.0.1:1/x", HARNESS_CONNECT_TIMEOUT="1")
     error = one_line_error(workers.cli("worker", APP, env=env))
     assert "127.0.0.1:1" in error
 

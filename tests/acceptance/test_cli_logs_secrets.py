@@ -13,17 +13,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.support import (
-    Ledger,
-    WorkerProcess,
-    Workers,
-    insert_jobs,
-    job_row,
-    status_of,
-    wait_until,
-)
+from tests.harness.app import APP
+from tests.harness.jobs import insert_jobs, job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
-APP = "tests.acceptance.guarded_app:app"
 SECRET = "arg-secret-5e0c71d2"
 PASSWORD = "dsn-password-93fa04c6"
 

@@ -7,7 +7,10 @@ import signal
 import time
 from collections import Counter
 
-from tests.acceptance.support import NOOP, SLEEP, Ledger, Workers, insert_jobs, wait_until
+from tests.harness.app import NOOP, SLEEP
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 JOBS = 2000
 PROCESSES = 8

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.acceptance.support import NOOP, Ledger, Workers, insert_jobs, wait_until
+from tests.harness.app import NOOP
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 TERMINATE = """
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import signal
 
-from tests.acceptance.support import (
-    KILL_OWN_WORKER,
-    SLEEP,
-    Ledger,
-    WorkerProcess,
-    Workers,
-    insert_jobs,
-    job_row,
-    status_of,
-    wait_until,
-)
+from tests.harness.app import KILL_OWN_WORKER, SLEEP
+from tests.harness.jobs import insert_jobs, job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
 
 def test_job_of_a_killed_worker_runs_again_after_the_lease(

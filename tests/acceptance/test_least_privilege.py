@@ -19,11 +19,12 @@ from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import asyncq
-from tests.acceptance import guarded_app
-from tests.acceptance.support import REPO, Ledger, Workers
+from tests.harness.app import APP, GUARDED
+from tests.harness.app import app as harness_app
+from tests.harness.ledger import Ledger
+from tests.harness.processes import REPO, Workers
 
 DOC = REPO / "docs" / "least-privilege.md"
-APP = "tests.acceptance.guarded_app:app"
 SCHEMA = "asyncq"
 SECRET = "producer-cannot-read-this-2c9d"
 
@@ -99,7 +100,8 @@ def producer_app(dsn: str) -> tuple[asyncq.App, dict[str, asyncq.Task[Any, Any]]
         name.removeprefix("guarded."): app.task(
             name=name, queue=task.queue, max_attempts=task.max_attempts
         )(task.fn)
-        for name, task in guarded_app.app.tasks.items()
+        for name, task in harness_app.tasks.items()
+        if name in GUARDED
     }
     return app, tasks
 
@@ -126,7 +128,7 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     cluster.run_as(cluster.admin, roles_sql)
 
     # 2. The owner migrates: it owns the schema but has no CREATE on the database.
-    owner_env = workers.env(ASYNCQ_DSN=cluster.owner, GUARDED_SCHEMA=SCHEMA)
+    owner_env = workers.env(ASYNCQ_DSN=cluster.owner, HARNESS_SCHEMA=SCHEMA)
     migrated = cli("migrate", APP, env=owner_env)
     assert migrated.returncode == 0, migrated.stderr
     assert "schema migrated to version" in migrated.stderr
@@ -214,7 +216,7 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
 
     # 4. A real worker process under the worker role: runs, retries, fails, heartbeats
     # (the slow job outlives its 1 s lease), reaps and prunes.
-    worker_env = workers.env(ASYNCQ_DSN=cluster.worker, GUARDED_SCHEMA=SCHEMA)
+    worker_env = workers.env(ASYNCQ_DSN=cluster.worker, HARNESS_SCHEMA=SCHEMA)
     status = f"SELECT id, status::text, attempts FROM {jobs} ORDER BY id"
 
     def drain(env: dict[str, str]) -> str:
@@ -251,7 +253,7 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     requeued = cli("requeue", APP, str(fixed), env=worker_env)
     assert requeued.returncode == 0, requeued.stderr
     assert requeued.stdout.strip() == f"requeued 1 jobs: {fixed}"
-    drain(workers.env(ASYNCQ_DSN=cluster.worker, GUARDED_SCHEMA=SCHEMA, GUARDED_FIXED="1"))
+    drain(workers.env(ASYNCQ_DSN=cluster.worker, HARNESS_SCHEMA=SCHEMA, HARNESS_FIXED="1"))
     assert outcome_of(cluster.owner, fixed) == ("done", 1)
 
     # What the worker cannot do.
@@ -267,7 +269,7 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     assert "Traceback" not in refused.stderr
 
     # A role without the worker's grants is told so at start, and the worker exits.
-    producer_env = workers.env(ASYNCQ_DSN=cluster.producer, GUARDED_SCHEMA=SCHEMA)
+    producer_env = workers.env(ASYNCQ_DSN=cluster.producer, HARNESS_SCHEMA=SCHEMA)
     wrong_role = cli("worker", APP, "--drain", env=producer_env)
     assert wrong_role.returncode == 1, wrong_role.stderr
     last = wrong_role.stderr.splitlines()[-1]

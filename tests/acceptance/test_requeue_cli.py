@@ -10,15 +10,17 @@ from typing import Any
 
 import psycopg
 
-from tests.acceptance.support import REPO, Ledger, Workers, insert_jobs, job_row, wait_until
+from tests.harness.app import APP
+from tests.harness.jobs import insert_jobs, job_row
+from tests.harness.ledger import Ledger
+from tests.harness.processes import REPO, Workers, wait_until
 
-APP = "tests.acceptance.guarded_app:app"
 FIX = "guarded.until_fixed"
 FIX_TOO = "guarded.until_fixed_too"
 
 
 def drain(workers: Workers, *, fixed: bool) -> None:
-    env = workers.env(GUARDED_FIXED="1" if fixed else "0")
+    env = workers.env(HARNESS_FIXED="1" if fixed else "0")
     result = workers.cli("worker", APP, "--drain", env=env)
     assert result.returncode == 0, result.stderr
 

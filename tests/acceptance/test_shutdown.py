@@ -8,16 +8,10 @@ import time
 
 import pytest
 
-from tests.acceptance.support import (
-    NOOP,
-    SLEEP,
-    STUBBORN,
-    Ledger,
-    Workers,
-    insert_jobs,
-    job_row,
-    wait_until,
-)
+from tests.harness.app import NOOP, SLEEP, STUBBORN
+from tests.harness.jobs import insert_jobs, job_row
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 
 def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(

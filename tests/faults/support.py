@@ -1,10 +1,10 @@
-"""The fault suite's harness: a database on the controlled server with audit triggers,
-worker processes with a ledger file each, a sampler of ``pg_stat_activity``, a steady
-stream of deferred jobs, and the figures file.
+"""What the fault suite adds to the harness (`tests.harness`): a database on the
+controlled server with audit triggers, a sampler of ``pg_stat_activity``, a steady
+stream of deferred jobs, a TCP proxy that can go silent, and the figures files.
 
 Everything here observes from outside: worker processes are real ``python -m asyncq
-worker`` processes, the ledger files are written by the tasks themselves, and the
-audit tables are filled by triggers inside PostgreSQL, not by asyncq.
+worker`` processes, the ledger is written by the tasks themselves, and the audit tables
+are filled by triggers inside PostgreSQL, not by asyncq.
 """
 
 from __future__ import annotations
@@ -13,29 +13,29 @@ import json
 import os
 import random
 import re
-import signal
+import socket
 import statistics
-import sys
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 
 import asyncq
-from tests.acceptance.support import WorkerProcess, wait_until
-from tests.faults import fault_app
 from tests.faults.pgctl import ControlledPostgres
-
-APP = "tests.faults.fault_app:app"
-WORK = "tests.faults.fault_app.work"
-FAIL = "tests.faults.fault_app.fail"
+from tests.harness.app import WORK
+from tests.harness.app import app as harness_app
+from tests.harness.ledger import Entry, Ledger
+from tests.harness.processes import Workers, wait_until
 
 # A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
 # pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's
@@ -45,10 +45,11 @@ MAX_CONCURRENCY = 10
 LISTEN_CONNECTIONS = 1
 WORKER_POOL_MAX = 2 + 4
 CONNECTIONS_PER_WORKER = (
-    max(fault_app.app.pool_max_size, MAX_CONCURRENCY + 2) + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+    max(harness_app.pool_max_size, MAX_CONCURRENCY + 2) + LISTEN_CONNECTIONS + WORKER_POOL_MAX
 )
 
 RESULTS = Path(__file__).parent / "results" / "last-run.json"
+FIGURES = Path(__file__).parent / "results"  # one file per test
 
 # -- the database -----------------------------------------------------------------------
 
@@ -168,128 +169,39 @@ def transitions(db: Db) -> dict[int, list[tuple[Any, ...]]]:
     return found
 
 
-# -- the ledger files ---------------------------------------------------------------------
+# -- worker processes ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Event:
-    event: str
-    job_id: int
-    attempt: int
-    pid: int
-    at: float
+def fault_workers(dsn: str, folder: Path, **env: str) -> Workers:
+    """Workers of the harness app with the ledger and the logs in ``folder``."""
+    return Workers(dsn, Ledger(folder / "ledger.txt"), folder / "logs", **env)
 
 
-class Ledgers:
-    """The ledger files of every worker process of a test: one file per process."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def entries(self) -> list[Event]:
-        found = []
-        for path in sorted(self.folder.glob("*.ledger")):
-            for line in path.read_text().splitlines():
-                event, job_id, attempt, pid, at = line.split()
-                found.append(Event(event, int(job_id), int(attempt), int(pid), float(at)))
-        return found
-
-    def by_job(self) -> dict[int, list[Event]]:
-        found: dict[int, list[Event]] = defaultdict(list)
-        for entry in sorted(self.entries(), key=lambda e: e.at):
-            found[entry.job_id].append(entry)
-        return found
-
-
-# -- worker processes ---------------------------------------------------------------------
-
-
-class FaultWorkers:
-    """Worker processes of the fault app; remembers whom it killed, and when."""
-
-    def __init__(self, dsn: str, folder: Path, **env: str) -> None:
-        self.dsn = dsn
-        self.ledgers = Ledgers(folder / "ledgers")
-        self.logs = folder / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.extra_env = env
-        self.started: list[WorkerProcess] = []
-        self.killed: dict[int, float] = {}  # pid -> time.time() of the kill
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("ASYNCQ_TEST_DSN", None)
-        env.update(
-            ASYNCQ_DSN=self.dsn,
-            FAULTS_LEDGER_DIR=str(self.ledgers.folder),
-            PYTHONUNBUFFERED="1",
-            **self.extra_env,
-        )
-        return env
-
-    def start(self, *options: str, lease: float, ready: bool = True) -> WorkerProcess:
-        args = [sys.executable, "-m", "asyncq", "worker", APP, "--lease", str(lease), *options]
-        worker = WorkerProcess(args, self.env(), self.logs / f"worker-{len(self.started)}.log")
-        self.started.append(worker)
-        if ready:
-            worker.wait_ready(30)
-        return worker
-
-    def kill9(self, worker: WorkerProcess) -> float:
-        """``kill -9``: no handler runs, no outcome is written, no job is handed back."""
-        at = time.time()
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.popen.wait(10)
-        self.killed[worker.pid] = at
-        return at
-
-    def stop_all(self, timeout: float = 30) -> dict[int, int | None]:
-        """SIGTERM to every live worker; their exit codes by pid."""
-        live = [w for w in self.started if w.alive]
-        for worker in live:
-            worker.send(signal.SIGTERM)
-        return {w.pid: w.wait(timeout) for w in live}
-
-    def kill_all(self) -> None:
-        for worker in self.started:
-            worker.kill()
-
-    def explain(
-        self,
-        job_ids: Iterable[int],
-        history: dict[int, list[tuple[Any, ...]]],
-        ledger: dict[int, list[Event]],
-    ) -> str:
-        """What the history, the ledgers, the kills and the logs say of these jobs."""
-        lines = []
-        for job_id in job_ids:
-            lines.append(f"job {job_id}:")
-            lines += [f"  status {change}" for change in history.get(job_id, [])]
-            lines += [f"  ledger {event}" for event in ledger.get(job_id, [])]
-            pids = {e.pid for e in ledger.get(job_id, [])}
-            pids |= {pid_of(c[-1]) for c in history.get(job_id, []) if c[-1]}  # type: ignore[misc]
+def explain(
+    workers: Workers,
+    job_ids: Iterable[int],
+    history: dict[int, list[tuple[Any, ...]]],
+    ledger: dict[int, list[Entry]],
+) -> str:
+    """What the history, the ledger, the kills and the logs say of these jobs."""
+    lines = []
+    for job_id in job_ids:
+        lines.append(f"job {job_id}:")
+        lines += [f"  status {change}" for change in history.get(job_id, [])]
+        lines += [f"  ledger {entry}" for entry in ledger.get(job_id, [])]
+        pids = {e.pid for e in ledger.get(job_id, [])}
+        pids |= {pid_of(c[-1]) for c in history.get(job_id, []) if c[-1]}  # type: ignore[misc]
+        lines += [
+            f"  killed {pid} at {workers.killed[pid]:.6f}" for pid in pids & workers.killed.keys()
+        ]
+        pattern = re.compile(rf"\bjob {job_id}\b")
+        for worker in workers.started:
             lines += [
-                f"  killed {pid} at {self.killed[pid]:.6f}" for pid in pids & self.killed.keys()
+                f"  log {worker.pid}: {line}"
+                for line in worker.stderr().splitlines()
+                if pattern.search(line)
             ]
-            pattern = re.compile(rf"\bjob {job_id}\b")
-            for worker in self.started:
-                lines += [
-                    f"  log {worker.pid}: {line}"
-                    for line in worker.stderr().splitlines()
-                    if pattern.search(line)
-                ]
-        return "\n".join(lines)
-
-    def tracebacks(self) -> list[str]:
-        """Worker logs that hold a traceback: an error asyncq did not handle."""
-        found = []
-        for worker in self.started:
-            text = worker.stderr()
-            if "Traceback" in text:
-                at = text.index("Traceback")
-                found.append(f"{worker.log.name} (pid {worker.pid}):\n{text[at - 300 : at + 3000]}")
-        return found
+    return "\n".join(lines)
 
 
 # -- the pg_stat_activity sampler -----------------------------------------------------------
@@ -587,3 +499,147 @@ def proc_status(pid: int) -> dict[str, int]:
     match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
     assert match, text
     return {"rss_kb": int(match[1]), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+# -- waiting, processes, the database clock ---------------------------------------------
+
+
+def wait_started(ledger: Ledger, job_id: int, timeout: float, attempt: int | None = None) -> Entry:
+    return wait_until(
+        lambda: ledger.first_start(job_id, attempt), timeout, f"job {job_id} to start"
+    )
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat: T when stopped, Z when dead."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def db_now(db: psycopg.Connection[Any]) -> datetime:
+    row = db.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+# -- figures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def figures(capsys: pytest.CaptureFixture[str]) -> Callable[[str, dict[str, Any]], None]:
+    """``figures(name, values)``: writes results/<name>.json and prints it."""
+
+    def save(name: str, values: dict[str, Any]) -> None:
+        FIGURES.mkdir(exist_ok=True)
+        document = {"test": name, "measured_at": datetime.now(UTC).isoformat(), **values}
+        text = json.dumps(document, indent=2, ensure_ascii=False)
+        (FIGURES / f"{name}.json").write_text(text + "\n")
+        with capsys.disabled():
+            print(f"\n[faults figures] {name}: {json.dumps(values)}")
+
+    return save
+
+
+# -- a TCP proxy that can go silent -----------------------------------------------------
+
+
+class _Piped:
+    """One client connection and its upstream connection."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.listening = False  # the client sent a LISTEN
+        self.frozen = threading.Event()
+        self.closed = False
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to a PostgreSQL server, one pair of threads a connection.
+
+    It reads the client's bytes as they pass (without SSL, the protocol is plain text): a
+    connection that sends ``LISTEN`` is the worker's listener. `freeze_listeners` stops
+    forwarding, both ways, on the listener connections open at that moment and keeps
+    their sockets open: the worker sees no error, no reset, no FIN, only silence, as
+    behind a dead NAT entry or a hung server. Connections made later (the pool's, the
+    listener's next one) are forwarded normally.
+    """
+
+    LISTEN = b'LISTEN "asyncq.'
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self.pipes: list[_Piped] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+
+    def dsn(self, dbname: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}?sslmode=disable"
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            pipe = _Piped(client, upstream)
+            with self.lock:
+                self.pipes.append(pipe)
+            for src, dst, sniff in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(pipe, src, dst, sniff), daemon=True
+                ).start()
+
+    def _pump(self, pipe: _Piped, src: socket.socket, dst: socket.socket, sniff: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if sniff and self.LISTEN in data:
+                    pipe.listening = True
+                if pipe.frozen.is_set():
+                    self.stopping.wait()  # hold it, and the sockets, until the proxy closes
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        if not pipe.frozen.is_set():
+            self._close(pipe)
+
+    def _close(self, pipe: _Piped) -> None:
+        pipe.closed = True
+        for sock in (pipe.client, pipe.upstream):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with suppress(OSError):
+                sock.close()
+
+    def listeners(self) -> list[_Piped]:
+        with self.lock:
+            return [p for p in self.pipes if p.listening and not p.closed and not p.frozen.is_set()]
+
+    def freeze_listeners(self) -> int:
+        """Go silent on every open listener connection; returns how many."""
+        found = self.listeners()
+        for pipe in found:
+            pipe.frozen.set()
+        return len(found)
+
+    def close(self) -> None:
+        self.stopping.set()
+        with suppress(OSError):
+            self.server.close()
+        with self.lock:
+            pipes = list(self.pipes)
+        for pipe in pipes:
+            self._close(pipe)

@@ -18,23 +18,24 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.support import WorkerProcess, wait_until
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
     Db,
     Deferrer,
-    Event,
-    FaultWorkers,
     Sampler,
     claims,
     create_database,
     done_touched,
+    explain,
+    fault_workers,
     jobs,
     not_done,
     record_figures,
     summary,
     transitions,
 )
+from tests.harness.ledger import Entry
+from tests.harness.processes import WorkerProcess, wait_until
 
 WORKERS = 3
 CONCURRENCY = 10
@@ -57,7 +58,7 @@ def test_kill_9_loses_nothing_and_doubles_nothing(
     server: ControlledPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dsn = create_database(server, "chaos", history=True)
-    workers = FaultWorkers(dsn, tmp_path)
+    workers = fault_workers(dsn, tmp_path)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     # Batches of half the concurrency: each worker runs two claim loops (the server-fault
@@ -91,7 +92,7 @@ def test_kill_9_loses_nothing_and_doubles_nothing(
             history = claims(db)
             changes = transitions(db)
             touched = done_touched(db)
-        ledger = workers.ledgers.by_job()
+        ledger = workers.ledger.by_job()
     finally:
         workers.kill_all()
 
@@ -134,7 +135,7 @@ def test_kill_9_loses_nothing_and_doubles_nothing(
         f"{len(problems)} problems:\n"
         + "\n".join(problems[:30])
         + "\n"
-        + workers.explain(troubled[:5], changes, ledger)
+        + explain(workers, troubled[:5], changes, ledger)
     )
     assert recovery, "no kill caught a job: the chaos tested nothing"
     # A dead worker's job comes back once its lease has expired and a reaper pass has
@@ -171,7 +172,7 @@ def check_job(
     job_id: int,
     row: dict[str, Any],
     job_claims: list[Any],
-    events: list[Event],
+    events: list[Entry],
     killed: dict[int, float],
 ) -> list[str]:
     """What must hold for one job; each broken rule is a line."""

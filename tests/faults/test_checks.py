@@ -10,17 +10,18 @@ from contextlib import ExitStack
 import psycopg
 import pytest
 
-from tests.acceptance.support import insert_jobs, wait_until
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
     CONNECTIONS_PER_WORKER,
-    WORK,
     Db,
     Sampler,
     claims,
     create_database,
     done_touched,
 )
+from tests.harness.app import WORK
+from tests.harness.jobs import insert_jobs
+from tests.harness.processes import wait_until
 
 FAKE_WORKER = 999_999  # a pid no worker of these tests has
 

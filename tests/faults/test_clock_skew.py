@@ -20,29 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.support import (
-    Ledger,
-    WorkerProcess,
-    insert_jobs,
-    job_row,
-    status_of,
-    wait_until,
-)
-from tests.faults.lease_support import (
-    FAIL_SLOWLY_RETRIED,
-    NOOP,
-    SLEEP,
-    LeaseWorkers,
-    db_now,
-    ledger,
-    wait_started,
-)
-
-__all__ = ["ledger"]  # fixtures
+from tests.faults.support import db_now, wait_started
+from tests.harness.app import FAIL_SLOWLY_RETRIED, NOOP, SLEEP
+from tests.harness.jobs import insert_jobs, job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SKEW = 600.0
-RETRY_IN = 40.0  # lease_app.fail_slowly_retried: Backoff(base=40, factor=1, jitter=0)
+RETRY_IN = 40.0  # tests.harness.app.fail_slowly_retried: Backoff(base=40, factor=1, jitter=0)
 
 pytestmark = pytest.mark.skipif(
     not LIBFAKETIME.exists(),
@@ -51,15 +37,15 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(dsn, ledger, tmp_path)
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(dsn, ledger, tmp_path)
     try:
         yield started
     finally:
         started.kill_all()
 
 
-def skewed(workers: LeaseWorkers, offset: str) -> dict[str, str]:
+def skewed(workers: Workers, offset: str) -> dict[str, str]:
     return workers.env(
         LD_PRELOAD=str(LIBFAKETIME), FAKETIME=offset, DONT_FAKE_MONOTONIC="1", TZ="UTC"
     )
@@ -87,7 +73,7 @@ def assert_lease_on_database_clock(db: psycopg.Connection[Any], job_id: int, lea
 
 
 def test_a_worker_ten_minutes_ahead_follows_the_database_clock(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     lease = 3.0
     worker = workers.start("--poll-interval", "0.5", lease=lease, env=skewed(workers, "+10m"))
@@ -123,7 +109,7 @@ def test_a_worker_ten_minutes_ahead_follows_the_database_clock(
 
 
 def test_a_worker_ten_minutes_behind_runs_ready_jobs_and_keeps_its_leases(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     lease = 2.0
     worker = workers.start(lease=lease, env=skewed(workers, "-10m"))

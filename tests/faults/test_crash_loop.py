@@ -14,25 +14,21 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.support import (
-    Ledger,
-    WorkerProcess,
-    insert_jobs,
-    job_row,
-    status_of,
-    wait_until,
-)
-from tests.faults.lease_support import KILL_OWN_WORKER, NOOP, LeaseWorkers, figures, ledger
+from tests.faults.support import figures
+from tests.harness.app import KILL_OWN_WORKER, NOOP
+from tests.harness.jobs import insert_jobs, job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
-__all__ = ["figures", "ledger"]  # fixtures
+__all__ = ["figures"]  # fixtures
 
 LEASE = 2
 MAX_ATTEMPTS = 3
 
 
 @pytest.fixture
-def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(dsn, ledger, tmp_path)
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(dsn, ledger, tmp_path)
     try:
         yield started
     finally:
@@ -41,7 +37,7 @@ def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
 
 def test_a_job_that_kills_its_worker_every_time_fails_after_max_attempts(
     db: psycopg.Connection[Any],
-    workers: LeaseWorkers,
+    workers: Workers,
     ledger: Ledger,
     figures: Callable[[str, dict[str, Any]], None],
 ) -> None:

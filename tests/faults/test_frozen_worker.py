@@ -2,7 +2,7 @@
 late, a success, a failure or a heartbeat, changes nothing. The job has been run again
 elsewhere and keeps the second worker's outcome.
 
-In these tests the frozen worker stops itself (`lease_app.freeze_then` sends SIGSTOP to
+In these tests the frozen worker stops itself (`tests.harness.app.freeze_then` sends SIGSTOP to
 its own process during attempt 1), so the freeze falls at a known point: once
 continued, the task fails or returns before any other part of the worker has run, and
 the test knows which write the fence has to refuse. The test sends the SIGCONT.
@@ -18,22 +18,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.support import Ledger, insert_jobs, job_row, status_of, wait_until
-from tests.faults.lease_support import (
-    FREEZE_THEN,
-    SLEEP_BY_ATTEMPT,
-    LeaseWorkers,
-    ledger,
-    process_state,
-    wait_started,
-)
-
-__all__ = ["ledger"]  # fixtures
+from tests.faults.support import process_state, wait_started
+from tests.harness.app import FREEZE_THEN, SLEEP_BY_ATTEMPT
+from tests.harness.jobs import insert_jobs, job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 
 @pytest.fixture
-def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(dsn, ledger, tmp_path)
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(dsn, ledger, tmp_path)
     try:
         yield started
     finally:
@@ -50,11 +44,11 @@ def events_of(ledger: Ledger, job_id: int) -> list[tuple[str, int, int]]:
     ids=["failure-while-rerun", "success-while-rerun", "failure-after-rerun"],
 )
 def test_a_late_outcome_of_a_frozen_worker_changes_nothing(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger, late: str, thawed: str
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger, late: str, thawed: str
 ) -> None:
     """Continued while the second attempt runs, only the fences on the writes (the
     worker and the attempt) stop the late outcome; once it is done, its status does too."""
-    frozen = workers.start(lease=2, env=workers.env(LEASE_APP_SELF_STOP="1"))
+    frozen = workers.start(lease=2, env=workers.env(HARNESS_SELF_STOP="1"))
     [job_id] = insert_jobs(db, FREEZE_THEN, [{"then": late, "seconds": 3}])
     wait_started(ledger, job_id, 10, attempt=1)
     wait_until(lambda: process_state(frozen.pid) == "T", 5, "the worker to stop itself")
@@ -93,9 +87,9 @@ def test_a_late_outcome_of_a_frozen_worker_changes_nothing(
 
 
 def test_a_late_heartbeat_changes_nothing_and_cancels_the_frozen_run(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
-    frozen = workers.start(lease=2, env=workers.env(LEASE_APP_SELF_STOP="1"))
+    frozen = workers.start(lease=2, env=workers.env(HARNESS_SELF_STOP="1"))
     [job_id] = insert_jobs(db, FREEZE_THEN, [{"then": "sleep", "seconds": 5}])
     wait_started(ledger, job_id, 10, attempt=1)
     wait_until(lambda: process_state(frozen.pid) == "T", 5, "the worker to stop itself")
@@ -126,7 +120,7 @@ def test_a_late_heartbeat_changes_nothing_and_cancels_the_frozen_run(
 
 
 def test_a_thawed_worker_that_claims_its_own_job_again_holds_the_new_attempt(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     """The frozen worker itself gets the job back: the reaper of a worker that serves
     another queue returns it to the queue while the first worker is stopped, and the

@@ -19,11 +19,14 @@ import psycopg
 import pytest
 
 import asyncq
-from tests.acceptance.support import Ledger, insert_jobs, wait_until
-from tests.faults.lease_support import NOOP, LeaseWorkers, Proxy, figures, ledger, wait_started
 from tests.faults.pgctl import ControlledPostgres
+from tests.faults.support import Proxy, figures, wait_started
+from tests.harness.app import NOOP
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
-__all__ = ["figures", "ledger"]  # fixtures
+__all__ = ["figures"]  # fixtures
 
 DBNAME = "listener_faults"
 POLL = ("--poll-interval", "60")
@@ -69,8 +72,8 @@ def proxy(server: ControlledPostgres) -> Iterator[Proxy]:
 
 
 @pytest.fixture
-def workers(server: ControlledPostgres, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(server.dsn(DBNAME), ledger, tmp_path)
+def workers(server: ControlledPostgres, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(server.dsn(DBNAME), ledger, tmp_path)
     try:
         yield started
     finally:
@@ -92,7 +95,7 @@ def check_wakeups(db: psycopg.Connection[Any], ledger: Ledger) -> float:
 
 def test_listener_terminated_loudly_reconnects_and_catches_up(
     pgdb: psycopg.Connection[Any],
-    workers: LeaseWorkers,
+    workers: Workers,
     ledger: Ledger,
     figures: Callable[[str, dict[str, Any]], None],
 ) -> None:
@@ -130,7 +133,7 @@ def test_listener_terminated_loudly_reconnects_and_catches_up(
 )
 def test_listener_frozen_silently_is_detected_and_catches_up(
     pgdb: psycopg.Connection[Any],
-    workers: LeaseWorkers,
+    workers: Workers,
     proxy: Proxy,
     ledger: Ledger,
     figures: Callable[[str, dict[str, Any]], None],

@@ -16,18 +16,10 @@ import psycopg
 import pytest
 
 import asyncq
-from tests.acceptance.support import Ledger, job_row, status_of, wait_until
-from tests.faults.lease_app import ODD_NAME
-from tests.faults.lease_support import (
-    NOOP,
-    RAISE_KEYBOARD_INTERRUPT,
-    RAISE_SYSTEM_EXIT,
-    TAKES,
-    LeaseWorkers,
-    ledger,
-)
-
-__all__ = ["ledger"]  # fixtures
+from tests.harness.app import NOOP, ODD_NAME, RAISE_KEYBOARD_INTERRUPT, RAISE_SYSTEM_EXIT, TAKES
+from tests.harness.jobs import job_row, status_of
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 UNKNOWN_ODD = ODD_NAME + " (not registered)"
 
@@ -74,8 +66,8 @@ GOOD = {
 
 
 @pytest.fixture
-def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(dsn, ledger, tmp_path)
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(dsn, ledger, tmp_path)
     try:
         yield started
     finally:
@@ -93,7 +85,7 @@ def insert(db: psycopg.Connection[Any], task_name: str, args: str) -> int:
 
 
 def test_poison_jobs_fail_on_the_record_and_the_worker_goes_on(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     worker = workers.start(lease=5)
     poison = {name: insert(db, task, args) for name, (task, args, _) in POISON.items()}

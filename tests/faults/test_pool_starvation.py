@@ -14,18 +14,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.support import Ledger, insert_jobs, wait_until
-from tests.faults.lease_support import HOLD_CONNECTION, LeaseWorkers, ledger
-
-__all__ = ["ledger"]  # fixtures
+from tests.harness.app import HOLD_CONNECTION
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
 
 LEASE = 2
 HOLD = 2.5 * LEASE
 
 
 @pytest.fixture
-def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
-    started = LeaseWorkers(dsn, ledger, tmp_path)
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(dsn, ledger, tmp_path)
     try:
         yield started
     finally:
@@ -33,14 +33,12 @@ def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[LeaseWorkers]:
 
 
 def test_no_lease_is_lost_while_jobs_hold_every_pool_connection(
-    db: psycopg.Connection[Any], workers: LeaseWorkers, ledger: Ledger
+    db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     # Two connections in the pool, four jobs at once: two hold the connections for two
     # and a half leases, two wait for them as long; the claim and the outcome writes
     # wait too.
-    worker = workers.start(
-        "--concurrency", "4", lease=LEASE, env=workers.env(LEASE_APP_POOL_MAX="2")
-    )
+    worker = workers.start("--concurrency", "4", lease=LEASE, env=workers.env(HARNESS_POOL_MAX="2"))
     ids = insert_jobs(db, HOLD_CONNECTION, [{"seconds": HOLD}] * 4)
 
     def finished() -> bool:

@@ -20,24 +20,26 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.support import insert_jobs, wait_until
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
-    WORK,
     Db,
     Deferrer,
-    Event,
-    FaultWorkers,
     Sampler,
     claims,
     create_database,
     done_touched,
+    explain,
+    fault_workers,
     jobs,
     not_done,
     record_figures,
     summary,
     transitions,
 )
+from tests.harness.app import WORK
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Entry
+from tests.harness.processes import Workers, wait_until
 
 WORKERS = 2
 CONCURRENCY = 10
@@ -91,7 +93,7 @@ def test_workers_survive_the_server_going_away(
 ) -> None:
     spec = FAULTS[fault]
     dsn = create_database(server, fault, history=True)
-    workers = FaultWorkers(dsn, tmp_path)
+    workers = fault_workers(dsn, tmp_path)
     seed = random.randrange(1 << 30)
     options = ("--concurrency", str(CONCURRENCY))
     try:
@@ -142,7 +144,7 @@ def test_workers_survive_the_server_going_away(
             history = claims(db)
             changes = transitions(db)
             touched = done_touched(db)
-        ledger = workers.ledgers.by_job()
+        ledger = workers.ledger.by_job()
     finally:
         workers.kill_all()
 
@@ -175,7 +177,7 @@ def test_workers_survive_the_server_going_away(
         f"{len(problems)} problems:\n"
         + "\n".join(problems[:30])
         + "\n"
-        + workers.explain(troubled[:5], changes, ledger)
+        + explain(workers, troubled[:5], changes, ledger)
     )
     if spec.lease > ready_at - fault_at:
         assert not again, f"jobs ran twice though no lease could lapse: {again[:10]}"
@@ -205,13 +207,13 @@ def count_done(db: Db) -> int:
     return int(db.value("SELECT count(*) FROM asyncq_jobs WHERE status = 'done'"))
 
 
-def started(workers: FaultWorkers, ids: list[int]) -> bool:
-    ledger = workers.ledgers.by_job()
+def started(workers: Workers, ids: list[int]) -> bool:
+    ledger = workers.ledger.by_job()
     return all(ledger.get(i) for i in ids)
 
 
 def check_job(
-    job_id: int, row: dict[str, Any], job_claims: list[Any], events: list[Event], ready_at: float
+    job_id: int, row: dict[str, Any], job_claims: list[Any], events: list[Entry], ready_at: float
 ) -> list[str]:
     """What must hold for one job; each broken rule is a line."""
     problems = []
@@ -251,7 +253,7 @@ def test_a_worker_resumes_promptly_after_a_long_outage(
     lease within the lease: it does not sit out its pools' reconnection backoff, which
     after an outage of a minute or more could last longer than any lease."""
     dsn = create_database(server, "resume_after_outage", history=True)
-    workers = FaultWorkers(dsn, tmp_path)
+    workers = fault_workers(dsn, tmp_path)
     try:
         with Sampler(server.dsn(), "resume_after_outage") as sampler, Db(dsn) as db:
             worker = workers.start("--concurrency", "2", lease=SHORT_LEASE)
@@ -281,7 +283,7 @@ def test_a_worker_resumes_promptly_after_a_long_outage(
             rows = jobs(db)
             history = claims(db)
             touched = done_touched(db)
-        ledger = workers.ledgers.by_job()
+        ledger = workers.ledger.by_job()
     finally:
         workers.kill_all()
 
@@ -318,7 +320,7 @@ def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
     frozen worker finishes the first attempts and retries their outcomes over new
     connections: every one must be refused, and no done row touched."""
     dsn = create_database(server, "frozen_outage", history=True)
-    workers = FaultWorkers(dsn, tmp_path)
+    workers = fault_workers(dsn, tmp_path)
     options = ("--concurrency", "5")
     try:
         with Sampler(server.dsn(), "frozen_outage") as sampler, Db(dsn) as db:
@@ -349,7 +351,7 @@ def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
             history = claims(db)
             changes = transitions(db)
             touched = done_touched(db)
-        ledger = workers.ledgers.by_job()
+        ledger = workers.ledger.by_job()
     finally:
         workers.kill_all()
 
@@ -368,7 +370,7 @@ def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
     assert not workers.tracebacks(), "\n".join(workers.tracebacks())
     sampler.check()
     problems = [p for i in ids for p in check_job(i, rows[i], history[i], ledger[i], ready_at)]
-    assert not problems, "\n".join(problems) + "\n" + workers.explain(ids, changes, ledger)
+    assert not problems, "\n".join(problems) + "\n" + explain(workers, ids, changes, ledger)
     for job_id in taken_back:
         # The first attempt ran to its end on the frozen worker; the second, elsewhere,
         # is the one done.

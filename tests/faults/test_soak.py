@@ -17,20 +17,19 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.support import WorkerProcess, wait_until
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
-    FAIL,
     LISTENER,
-    WORK,
     Db,
-    FaultWorkers,
     Sampler,
     create_database,
     done_touched,
+    fault_workers,
     proc_status,
     record_figures,
 )
+from tests.harness.app import FAIL, WORK
+from tests.harness.processes import WorkerProcess, wait_until
 
 ROUNDS = 10
 JOBS_PER_ROUND = 10_000
@@ -56,7 +55,7 @@ def test_soak_memory_fds_and_connections_stay_flat(
     server: ControlledPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dsn = create_database(server, "soak")
-    workers = FaultWorkers(dsn, tmp_path)
+    workers = fault_workers(dsn, tmp_path)
     measured: dict[str, dict[str, int]] = {}
     listener_kills = 0
     began = time.monotonic()
@@ -105,7 +104,7 @@ def test_soak_memory_fds_and_connections_stay_flat(
                 " WHERE status = 'failed' AND last_error LIKE 'RuntimeError: job % fails%%'"
             )
             touched = done_touched(db)
-        entries = workers.ledgers.entries()
+        entries = workers.ledger.entries()
     finally:
         workers.kill_all()
 

@@ -39,7 +39,9 @@ async def test_retry_after_counts_the_attempt_and_waits_as_asked(
     assert "the gateway said later" in last_error
 
 
-async def test_retry_on_the_last_attempt_fails_the_job(app: asyncq.App, db: Any, settle: Any) -> None:
+async def test_retry_on_the_last_attempt_fails_the_job(
+    app: asyncq.App, db: Any, settle: Any
+) -> None:
     @app.task(name="control.retry_last", max_attempts=1)
     async def retry_last() -> None:
         raise asyncq.Retry(after=0)

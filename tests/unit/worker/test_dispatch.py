@@ -4,6 +4,7 @@ lost, timeout, shutdown), which reach exactly the attempt they are meant for."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -16,7 +17,7 @@ from asyncq.worker import dispatch
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import Kind, Outcome, Stop
+from asyncq.worker.outcomes import Kind, Outcome
 from asyncq.worker.slots import Slots
 
 
@@ -162,10 +163,8 @@ def test_a_timeout_cancels_only_its_attempt_and_the_runner_goes_on() -> None:
 def test_a_task_that_swallows_a_stop_and_returns_is_done_and_leaves_no_cancel_behind() -> None:
     async def main() -> None:
         async def swallows() -> str:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(10)
-            except asyncio.CancelledError:
-                pass
             return "swallowed"
 
         async def after() -> str:
@@ -198,10 +197,8 @@ def test_shutdown_hands_back_what_outlives_the_grace_and_leaves_the_stubborn(
             loop = asyncio.get_running_loop()
             end = loop.time() + 1.0
             while loop.time() < end:
-                try:
+                with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(0.01)
-                except asyncio.CancelledError:
-                    pass
 
         h = Harness(3, FakeTask("sleeps", sleeps), FakeTask("stubborn", stubborn))
         h.dispatcher.start()

@@ -49,7 +49,13 @@ CASES: list[tuple[str, dict[str, Any], Kind | None, float, str | None]] = [
     ("Retry(after=2)", {"error": asyncq.Retry(after=2)}, Kind.RETRY, 2.0, "asyncq.control.Retry"),
     ("Retry on the last attempt", {"job": job(3, 3), "error": asyncq.Retry(1)}, Kind.FAIL, 0, ""),
     ("Snooze(5)", {"error": asyncq.Snooze(5)}, Kind.SNOOZE, 5.0, None),
-    ("Snooze on the last attempt", {"job": job(3, 3), "error": asyncq.Snooze(5)}, Kind.SNOOZE, 5, None),
+    (
+        "Snooze on the last attempt",
+        {"job": job(3, 3), "error": asyncq.Snooze(5)},
+        Kind.SNOOZE,
+        5,
+        None,
+    ),
     ("Discard", {"error": asyncq.Discard("bad order")}, Kind.FAIL, 0.0, "Discard: bad order"),
     (
         "an error retry_on does not name",
@@ -111,7 +117,9 @@ CASES: list[tuple[str, dict[str, Any], Kind | None, float, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(("what", "given", "kind", "delay", "error"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("what", "given", "kind", "delay", "error"), CASES, ids=[c[0] for c in CASES]
+)
 def test_decide(
     what: str, given: dict[str, Any], kind: Kind | None, delay: float | None, error: str | None
 ) -> None:

@@ -1,0 +1,229 @@
+"""The tasks that the harness's worker processes run (``tests.harness.app:app``).
+
+Every execution appends to the ledger (`tests.harness.ledger`): ``start``, then ``end``
+when the task returns, ``cancel`` when it is cancelled, and a few events of its own.
+
+The environment sets the App up: ``$ASYNCQ_DSN`` the database, ``$HARNESS_SCHEMA`` its
+schema (unset: the connection's current one), ``$HARNESS_CONNECT_TIMEOUT`` the connect
+timeout (10 s), ``$HARNESS_POOL_MAX`` the pool's size (unset: asyncq's default);
+``$HARNESS_FIXED=1`` fixes the bug of `until_fixed`, ``$HARNESS_SELF_STOP=1`` makes
+`freeze_then` stop its own worker process with SIGSTOP during attempt 1: the freeze
+then falls at a known point of the task, so what the task does once thawed happens
+before any other part of the worker runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import asyncq
+from tests.harness.ledger import record
+
+_pool_max = os.environ.get("HARNESS_POOL_MAX")
+app = asyncq.App(
+    schema=os.environ.get("HARNESS_SCHEMA") or None,
+    connect_timeout=float(os.environ.get("HARNESS_CONNECT_TIMEOUT", "10")),
+    pool_max_size=int(_pool_max) if _pool_max else None,
+)
+
+AT_ONCE = asyncq.Backoff(base=0, cap=0, jitter=0)
+# A task name with quotes, a semicolon, a comment and non-ASCII letters: only a name.
+ODD_NAME = "odd'\"; DROP TABLE asyncq_jobs; -- naïve ✓ 名前"
+
+
+async def _sleep(seconds: float) -> None:
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        record("cancel")
+        raise
+
+
+# -- the everyday tasks ------------------------------------------------------------------
+
+
+@app.task
+async def noop(n: int = 0) -> None:
+    record("start")
+    record("end")
+
+
+@app.task
+async def sleep(seconds: float) -> None:
+    record("start")
+    await _sleep(seconds)
+    record("end")
+
+
+@app.task(max_attempts=10)
+async def work(ms: int = 0, tag: int = 0) -> None:
+    """Sleeps ``ms`` milliseconds (none: a no-op). ``tag`` is the test's own name for it."""
+    record("start")
+    if ms:
+        await _sleep(ms / 1000)
+    record("end")
+
+
+@app.task(max_attempts=2, retry=asyncq.Backoff(base=0.1, cap=0.2))
+async def fail(tag: int = 0) -> None:
+    """Always raises: retried once after a short backoff, then failed."""
+    record("start")
+    raise RuntimeError(f"job {tag} fails on purpose")
+
+
+@app.task
+async def sleep_by_attempt(seconds: list[float]) -> None:
+    """Sleeps ``seconds[attempt - 1]``."""
+    record("start")
+    await _sleep(seconds[asyncq.current_job().attempt - 1])
+    record("end")
+
+
+@app.task(retry=asyncq.Backoff(base=40.0, factor=1.0, jitter=0.0))
+async def fail_slowly_retried() -> None:
+    """Always fails; retried exactly 40 s later."""
+    record("start")
+    raise RuntimeError("fails on purpose")
+
+
+# -- tasks that misbehave ------------------------------------------------------------------
+
+
+@app.task
+async def kill_own_worker() -> None:
+    """Kills the worker process running it, as a segfault or the OOM killer would."""
+    record("start")
+    os.kill(os.getpid(), signal.SIGKILL)
+    await asyncio.sleep(60)
+    record("end")
+
+
+@app.task(max_attempts=3)
+async def freeze_then(then: str, seconds: float = 0.0) -> None:
+    """With ``$HARNESS_SELF_STOP=1``, attempt 1 stops its worker; once continued it
+    fails (``then="fail"``), returns (``"succeed"``) or goes on sleeping (``"sleep"``).
+    Anywhere else: sleeps ``seconds`` and returns."""
+    record("start")
+    if os.environ.get("HARNESS_SELF_STOP") == "1" and asyncq.current_job().attempt == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        # Continued: nothing else in this process has run since the stop.
+        if then == "fail":
+            record("fail")
+            raise RuntimeError("late failure of a worker that was frozen")
+        if then == "succeed":
+            record("end")
+            return
+    await _sleep(seconds)
+    record("end")
+
+
+@app.task
+async def stubborn(seconds: float = 30) -> None:
+    """Swallows every cancellation, for ``seconds``."""
+    record("start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            record("swallowed")
+    record("end")
+
+
+@app.task
+async def hold_connection(seconds: float) -> None:
+    """Holds a connection of the worker's App pool while it sleeps."""
+    record("start")
+    async with app.pool.connection() as conn:
+        await conn.execute("SELECT 1")
+        record("got_connection")
+        await _sleep(seconds)
+    record("end")
+
+
+@app.task
+async def takes(a: int, b: str) -> None:
+    record("start")
+    assert isinstance(a, int) and isinstance(b, str)
+    record("end")
+
+
+@app.task
+async def raise_system_exit() -> None:
+    record("start")
+    raise SystemExit(3)
+
+
+@app.task
+async def raise_keyboard_interrupt() -> None:
+    record("start")
+    raise KeyboardInterrupt
+
+
+@app.task(name=ODD_NAME)
+async def odd_name(text: str) -> None:
+    record("start")
+    if text != "ünïcødé ✓ '\";":
+        raise ValueError(f"argument came back as {text!r}")
+    record("end")
+
+
+# -- the guarded tasks: logs, least privilege and requeue (retries come at once, so that a
+# -- --drain worker runs them before it exits) --------------------------------------------
+
+
+@app.task(name="guarded.ok", retry=AT_ONCE)
+async def ok(token: str = "") -> None:
+    record("start")
+    record("end")
+
+
+@app.task(name="guarded.flaky", retry=AT_ONCE, max_attempts=3)
+async def flaky(token: str) -> None:
+    """Fails its first attempt, then succeeds."""
+    record("start")
+    if asyncq.current_job().attempt == 1:
+        raise PermissionError("first attempt refused")
+    record("end")
+
+
+@app.task(name="guarded.doomed", retry=AT_ONCE, max_attempts=2)
+async def doomed(token: str) -> None:
+    """Always fails: retried once, then failed."""
+    record("start")
+    raise ValueError("gateway rejected the request")
+
+
+@app.task(name="guarded.slow", retry=AT_ONCE, max_attempts=3)
+async def slow(token: str, seconds: float) -> None:
+    """Sleeps ``seconds`` on its first attempt only."""
+    record("start")
+    if asyncq.current_job().attempt == 1:
+        await _sleep(seconds)
+    record("end")
+
+
+@app.task(name="guarded.until_fixed", retry=AT_ONCE, max_attempts=1)
+async def until_fixed(token: str = "") -> None:
+    """Fails unless the worker runs with ``$HARNESS_FIXED=1``: the bug a person fixes."""
+    record("start")
+    if os.environ.get("HARNESS_FIXED") != "1":
+        raise RuntimeError("not fixed yet")
+    record("end")
+
+
+# The same function under a second name, for requeueing by task name.
+until_fixed_too = app.task(name="guarded.until_fixed_too", retry=AT_ONCE, max_attempts=1)(
+    until_fixed.fn
+)
+
+APP = "tests.harness.app:app"
+NOOP, SLEEP, WORK, FAIL = noop.name, sleep.name, work.name, fail.name
+SLEEP_BY_ATTEMPT, FAIL_SLOWLY_RETRIED = sleep_by_attempt.name, fail_slowly_retried.name
+KILL_OWN_WORKER, FREEZE_THEN, STUBBORN = kill_own_worker.name, freeze_then.name, stubborn.name
+HOLD_CONNECTION, TAKES = hold_connection.name, takes.name
+RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
+GUARDED = [name for name in app.tasks if name.startswith("guarded.")]
