@@ -56,32 +56,43 @@ class Completer:
         self._pending: list[Outcome] = []
         self._arrived = asyncio.Event()
         self._closed = False
-        self._finished = asyncio.Event()
 
     def submit(self, outcome: Outcome) -> None:
         self._pending.append(outcome)
         self._arrived.set()
 
     async def finish(self) -> None:
-        """Write what is submitted, then stop (the caller bounds the wait)."""
+        """Write everything submitted, in the caller's task, then let `run` end. The
+        caller bounds the wait, and shields it: a worker cancelled by its caller still
+        writes its hand-backs, though `run` was cancelled with it."""
         self._closed = True
         self._arrived.set()
-        await self._finished.wait()
+        while self._pending:
+            await self._write_pending()
+        await self.kept.release()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
-            while self._pending or not self._closed:
-                if not self._pending:
+            while not self._closed:
+                if self._pending:
+                    await self._write_pending()
+                else:
                     self._arrived.clear()
                     await self._arrived.wait()
-                    continue
-                batch = self._pending[:MAX_BATCH]
-                del self._pending[:MAX_BATCH]
-                await retrying(self.name, partial(self._write, batch), self.observer)
-            self._finished.set()
         finally:
             await self.kept.release()
+
+    async def _write_pending(self) -> None:
+        batch = self._pending[:MAX_BATCH]
+        del self._pending[:MAX_BATCH]
+        try:
+            await retrying(self.name, partial(self._write, batch), self.observer)
+        except BaseException:
+            # Cancelled: what is left of the batch waits for `finish`. Written already or
+            # not, writing it again is safe: the fence refuses a second write.
+            self._pending[:0] = batch
+            raise
 
     async def _write(self, batch: list[Outcome]) -> None:
         try:

@@ -91,9 +91,9 @@ def decide(
         return Outcome(job, Kind.FAIL, error=f"Discard: {error.reason}")
     if isinstance(error, Snooze):
         return Outcome(job, Kind.SNOOZE, delay=error.after)
-    text = describe_error(error)
     if isinstance(error, Retry):
-        return _failed(job, policy, text, after=error.after)
+        return _failed(job, policy, f"Retry: {error}", after=error.after)
+    text = describe_error(error)
     if isinstance(error, UndecodableArguments):
         return Outcome(job, Kind.FAIL, error=text)  # the same bytes fail the same way again
     if (

@@ -253,3 +253,24 @@ async def test_plain_sql_insert_wakes_a_waiting_worker(app: asyncq.App, db: Any,
                 await second_done.wait()
             tg.cancel_scope.cancel()
     assert ran == ["first", "second"]
+
+
+async def test_cancelling_the_worker_hands_back_its_running_jobs(app: asyncq.App, db: Any) -> None:
+    started = anyio.Event()
+
+    @app.task(name="runs.long")
+    async def long() -> None:
+        started.set()
+        await anyio.sleep(30)
+
+    job_id = await long.defer()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: app.run_worker(lease=60, handle_signals=False))
+        with anyio.fail_after(10):
+            await started.wait()
+        tg.cancel_scope.cancel()
+    row = db.execute(
+        "SELECT status::text, attempts, handbacks, run_at <= now() FROM asyncq_jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == ("queued", 0, 1, True)

@@ -45,8 +45,14 @@ CASES: list[tuple[str, dict[str, Any], Kind | None, float, str | None]] = [
         "asyncio.exceptions.CancelledError",
     ),
     ("raised SystemExit", {"error": SystemExit(3)}, Kind.RETRY, 7.0, "SystemExit: 3"),
-    ("Retry()", {"error": asyncq.Retry()}, Kind.RETRY, 7.0, "asyncq.control.Retry"),
-    ("Retry(after=2)", {"error": asyncq.Retry(after=2)}, Kind.RETRY, 2.0, "asyncq.control.Retry"),
+    ("Retry()", {"error": asyncq.Retry()}, Kind.RETRY, 7.0, "Retry: retry requested by the task"),
+    (
+        "Retry(after=2)",
+        {"error": asyncq.Retry(after=2, reason="later")},
+        Kind.RETRY,
+        2.0,
+        "Retry: later",
+    ),
     ("Retry on the last attempt", {"job": job(3, 3), "error": asyncq.Retry(1)}, Kind.FAIL, 0, ""),
     ("Snooze(5)", {"error": asyncq.Snooze(5)}, Kind.SNOOZE, 5.0, None),
     (
