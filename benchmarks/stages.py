@@ -38,7 +38,7 @@ def _stamped_worker(dsn: str, jobs: int) -> None:
     """The worker side: asyncq with its stages stamped; prints the medians and exits."""
     from asyncq import App
     from asyncq.store import Store
-    from asyncq.worker import producer, state, supervisor
+    from asyncq.worker import dispatch, producer, wakeup
 
     marks: dict[str, float] = {}
     rows: list[list[float]] = []
@@ -64,10 +64,10 @@ def _stamped_worker(dsn: str, jobs: int) -> None:
 
         setattr(owner, name, stamped)
 
-    wrap_sync(state.Wakeup, "set", "woken")
+    wrap_sync(wakeup.Wakeup, "set", "woken")
     wrap_async(producer.Producer, "_claim", "claim loop", "claim loop done")
     wrap_async(Store, "claim", "claim sent", "claim answered")
-    wrap_sync(supervisor.Worker, "_start_job", "handed to runner")
+    wrap_sync(dispatch.Dispatcher, "hold", "handed to runner")
 
     app = App(dsn, application_name="asyncq-stages")
 

@@ -1,0 +1,49 @@
+"""The worker's events: the counts a worker returns, and the log lines, come from them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from asyncq.job import Job
+from asyncq.worker.observer import Counts, LogObserver, Observer, Observers
+from asyncq.worker.outcomes import Kind, Outcome
+
+JOB = Job(3, "t.send", "q", '{"secret": "hunter2"}', 2, 3, 4)
+
+
+def test_counts_make_the_worker_stats() -> None:
+    counts = Counts()
+    both = Observers([Observer(), counts])
+    both.claimed([JOB, JOB])
+    for kind, status in [
+        (Kind.DONE, "done"),
+        (Kind.RETRY, "queued"),
+        (Kind.FAIL, "failed"),
+        (Kind.SNOOZE, "queued"),
+        (Kind.RELEASE, "queued"),
+    ]:
+        both.finished(Outcome(JOB, kind), status)
+    both.lease_lost(JOB, "reaped")
+    stats = counts.stats("w", left_running=1)
+    assert (stats.claimed, stats.done, stats.failed_attempts, stats.released) == (2, 1, 2, 1)
+    assert (stats.snoozed, stats.lost, stats.left_running) == (1, 1, 1)
+
+
+def test_log_lines_carry_an_action_and_never_the_arguments(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = LogObserver()
+    with caplog.at_level(logging.DEBUG, logger="asyncq.worker"):
+        log.finished(Outcome(JOB, Kind.DONE), "done")
+        log.finished(Outcome(JOB, Kind.RETRY, error="ValueError: no\nTraceback", delay=2), "queued")
+        log.finished(Outcome(JOB, Kind.FAIL, error="Discard: gone"), "failed")
+        log.lease_lost(JOB, "reaped or claimed elsewhere")
+        log.service_failed("listener", TimeoutError(), 1.5)
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions == ["job_retry", "job_failed", "lease_lost", "listener_failed"]
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "hunter2" not in text and "Traceback" not in text
+    assert "job 3 (t.send) attempt 2 of 3 failed, retrying in 2.0s: ValueError: no" in text
+    assert "listener connection lost (TimeoutError); trying again in 1.5s" in text
