@@ -116,7 +116,8 @@ async def noop() -> None:
     pass
 
 
-async def run_job(task_name: str, args: dict[str, Any]) -> None:
+async def run_job(task_name: str, args_text: str) -> None:
+    args = json.loads(args_text)  # the claim returns the arguments as JSON text
     if task_name == STAMP:
         report_latency(args["sent_at"])
     else:
