@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -16,9 +17,9 @@ pytestmark = pytest.mark.anyio
 AT_ONCE = asyncq.Backoff(base=0, cap=0, jitter=0)
 
 
-@pytest.fixture(params=["LATIN1", "WIN1251", "SQL_ASCII"])
-def encoded_dsn(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str]:
-    encoding = request.param
+@contextmanager
+def database_in(server_dsn: str, encoding: str) -> Iterator[str]:
+    """A new database in ``encoding`` on the test server, dropped afterwards."""
     name = f"asyncq_enc_{encoding.lower()}_{secrets.token_hex(3)}"
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(
@@ -30,6 +31,12 @@ def encoded_dsn(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["LATIN1", "WIN1251", "SQL_ASCII"])
+def encoded_dsn(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str]:
+    with database_in(server_dsn, request.param) as dsn:
+        yield dsn
 
 
 STORABLE = {"LATIN1": "café", "WIN1251": "Жук", "SQL_ASCII": "名前 ✓"}
@@ -71,14 +78,8 @@ async def test_a_worker_runs_and_records_errors_on_any_server_encoding(
 
 
 async def test_arguments_the_encoding_cannot_hold_are_refused_clearly(server_dsn: str) -> None:
-    name = f"asyncq_enc_latin1_{secrets.token_hex(3)}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(
-            f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'LATIN1'"
-            " LC_COLLATE 'C' LC_CTYPE 'C'"
-        )
-    try:
-        app = asyncq.App(make_conninfo(**{**conninfo_to_dict(server_dsn), "dbname": name}))
+    with database_in(server_dsn, "LATIN1") as dsn:
+        app = asyncq.App(dsn)
 
         @app.task(name="encodings.echo")
         async def echo(text: str) -> None:
@@ -89,6 +90,3 @@ async def test_arguments_the_encoding_cannot_hold_are_refused_clearly(server_dsn
             with pytest.raises(psycopg.DataError, match="LATIN1"):
                 await echo.defer("名前")
             assert await echo.defer("café") > 0
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
