@@ -35,7 +35,6 @@ class NewJob(NamedTuple):
 
 class WorkerFacts(NamedTuple):
     schema: str
-    channel: str
     server_encoding: str
 
 
@@ -48,7 +47,7 @@ def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
 REQUEUE_TRIES = 5
 
 # The schema objects a query may name, outside string literals.
-_OBJECTS = re.compile(r"(?<!')\b(asyncq_jobs|asyncq_job_status)\b(?!')")
+_OBJECTS = re.compile(r"(?<!')\b(asyncq_jobs|asyncq_job_status|asyncq_channel)\b(?!')")
 
 
 def _load_queries() -> dict[str, str]:
@@ -66,7 +65,10 @@ QUERIES = _load_queries()
 
 def _qualified(query: str, schema: str) -> str:
     template = _OBJECTS.sub(r"{\1}", query.replace("{", "{{").replace("}", "}}"))
-    names = {name: sql.Identifier(schema, name) for name in ("asyncq_jobs", "asyncq_job_status")}
+    names = {
+        name: sql.Identifier(schema, name)
+        for name in ("asyncq_jobs", "asyncq_job_status", "asyncq_channel")
+    }
     return sql.SQL(template).format(**names).as_string()
 
 
@@ -196,11 +198,17 @@ class Store:
         return cur.rowcount
 
     async def worker_facts(self, conn: Conn) -> WorkerFacts | None:
-        """Where the jobs table is, its wake-up channel and the server's encoding; None
-        when there is no jobs table."""
+        """Where the jobs table is, and the server's encoding; None when there is no jobs
+        table."""
         cur = await conn.execute(self.q["worker_facts"], {"schema": self.schema})
         row = await cur.fetchone()
         return None if row is None else WorkerFacts(*row)
+
+    async def channel(self, conn: Conn) -> str:
+        """The wake-up channel of the jobs table's schema."""
+        row = await (await conn.execute(self.q["channel"])).fetchone()
+        assert row is not None
+        return str(row[0])
 
     async def next_due(self, conn: Conn, *, queues: Sequence[str] | None) -> float | None:
         """Seconds until the earliest queued job that is not ready yet comes due."""

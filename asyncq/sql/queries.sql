@@ -181,15 +181,15 @@ DELETE FROM asyncq_jobs
 
 -- name: worker_facts
 -- What a worker needs to know of the database before it starts: the schema that holds
--- the jobs table (the App's, else the current one), its wake-up channel (the expression
--- of the notify triggers in migration 0002), and the server's encoding.
-SELECT n.nspname,
-       CASE WHEN octet_length('asyncq.' || n.nspname) <= 63 THEN 'asyncq.' || n.nspname
-            ELSE 'asyncq.' || md5(n.nspname) END,
-       current_setting('server_encoding')
+-- the jobs table (the App's, else the current one), and the server's encoding.
+SELECT n.nspname, current_setting('server_encoding')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname = 'asyncq_jobs' AND c.relkind = 'r'
    AND n.nspname = coalesce(%(schema)s::text, current_schema())
+
+-- name: channel
+-- The schema's wake-up channel, fixed when it was migrated (migration 0002).
+SELECT asyncq_channel()
 
 -- name: next_due
 -- Milliseconds until the earliest queued job that is not ready yet comes due: what a

@@ -92,7 +92,7 @@ class Worker:
             self._claiming.cancel()
 
     async def run(self) -> WorkerStats:
-        facts = await self._preflight()
+        facts, channel = await self._preflight()
         settings = self.settings
         loops = claim_loops(settings)
         pool = AsyncConnectionPool(
@@ -154,7 +154,7 @@ class Worker:
                     self.conninfo, **self._listener_kwargs()
                 ),
                 store=self.store,
-                channel=facts.channel,
+                channel=channel,
                 queues=settings.queues,
                 wakeup=wakeup,
                 due=DueTimes(wakeup),
@@ -233,8 +233,9 @@ class Worker:
             kwargs["application_name"] = f"{name}:listener"
         return kwargs
 
-    async def _preflight(self) -> WorkerFacts:
-        """Where the jobs table is, at this asyncq's version, with the grants a worker needs."""
+    async def _preflight(self) -> tuple[WorkerFacts, str]:
+        """Where the jobs table is, at this asyncq's version, with the grants a worker
+        needs; and its wake-up channel."""
         try:
             async with self.app_pool.connection() as conn:
                 facts = await self.store.worker_facts(conn)
@@ -252,9 +253,10 @@ class Worker:
                         f" lacks {', '.join(missing)} (docs/least-privilege.md lists the grants)"
                     )
                 await migrate.check(conn, facts.schema)
+                channel = await self.store.channel(conn)
         except PoolTimeout as exc:
             raise psycopg.OperationalError(str(exc)) from exc
-        return facts
+        return facts, channel
 
     def _install_signal_handlers(self) -> Callable[[], None] | None:
         if threading.current_thread() is not threading.main_thread():

@@ -164,6 +164,12 @@ async def test_wake_ups_go_to_the_schemas_own_channel(
 
         await a.work.options(queue="qa").defer(1)
         assert await heard() == [("asyncq.tenant_a", "qa")]
+        # A job due later says when: the queue, a unit separator, the milliseconds.
+        await a.work.options(queue="qa", delay=5).defer(1)
+        [(channel, payload)] = await heard()
+        queue, separator, ms = payload.partition("\x1f")
+        assert (channel, queue, separator) == ("asyncq.tenant_a", "qa", "\x1f")
+        assert 4900 <= int(ms) <= 5001
         await b.work.options(queue="qb").defer(2)
         assert await heard() == [("asyncq.tenant_b", "qb")]
         tdb.execute("INSERT INTO tenant_b.asyncq_jobs (task_name, queue) VALUES ('x', 'sql')")
