@@ -14,5 +14,6 @@
 - ``heartbeat``: renews the lease of every job this worker holds
 - ``maintenance``: what one worker at a time does, behind one advisory-lock gate: the
   ``rescuer`` (expired leases) and the ``pruner`` (old done rows)
+- ``pool_check``: the idle connections of the App's pool tested now and then
 - ``observer``: the worker's events; logging and the returned counts listen to them
 """

@@ -44,6 +44,7 @@ from asyncq.worker.observer import (
     WorkerInfo,
     WorkerStats,
 )
+from asyncq.worker.pool_check import PoolCheck
 from asyncq.worker.producer import Producer
 from asyncq.worker.services import Service
 from asyncq.worker.settings import WorkerSettings
@@ -99,7 +100,7 @@ class Worker:
             self.conninfo,
             min_size=loops + 1,
             max_size=loops + 4,  # the claim loops, the completer, heartbeat, maintenance, one more
-            kwargs=self.connect_kwargs,
+            kwargs=self._kwargs_for("worker"),
             configure=_configure,
             open=False,
             name=f"asyncq-worker-{self.id}",
@@ -151,7 +152,7 @@ class Worker:
             completer,
             Listener(
                 connect=lambda: psycopg.AsyncConnection.connect(
-                    self.conninfo, **self._listener_kwargs()
+                    self.conninfo, **self._kwargs_for("listener")
                 ),
                 store=self.store,
                 channel=channel,
@@ -184,6 +185,7 @@ class Worker:
                 ],
                 observer=observer,
             ),
+            PoolCheck(pool=self.app_pool, observer=observer),
         ]
         restore = self._install_signal_handlers() if settings.handle_signals else None
         left: list[Job] = []
@@ -225,12 +227,13 @@ class Worker:
         observer.stopped(stats)
         return stats
 
-    def _listener_kwargs(self) -> dict[str, Any]:
-        """The LISTEN connection's: its application_name says what it is (``...:listener``)."""
+    def _kwargs_for(self, role: str) -> dict[str, Any]:
+        """Connection options whose application_name says what the connection is for:
+        ``<name>:<pid>:worker`` (the worker's pool), ``<name>:<pid>:listener``."""
         kwargs = dict(self.connect_kwargs)
         name = kwargs.get("application_name")
         if name:
-            kwargs["application_name"] = f"{name}:listener"
+            kwargs["application_name"] = f"{name}:{role}"
         return kwargs
 
     async def _preflight(self) -> tuple[WorkerFacts, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import anyio
@@ -45,3 +46,36 @@ async def test_tasks_that_hold_a_connection_and_defer_all_run(dsn: str, db: Any)
         " GROUP BY 1, 2 ORDER BY 1, 2"
     ).fetchall()
     assert statuses == [("pool.child", "done", 10, None), ("pool.parent", "done", 10, None)]
+
+
+async def test_a_dead_idle_connection_of_the_apps_pool_is_replaced(dsn: str, db: Any) -> None:
+    # The worker never uses the App's pool itself; after a server restart (here: its
+    # one idle connection terminated) the pool check finds the dead one before a task does.
+    app = asyncq.App(dsn, application_name="poolcheck")
+    name = f"poolcheck:{os.getpid()}"
+    ran = asyncio.Event()
+
+    @app.task(name="pool.ran")
+    async def mark() -> None:
+        ran.set()
+
+    def app_pool_backends() -> set[int]:
+        rows = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    async with app, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: app.run_worker(handle_signals=False))
+        await mark.defer()
+        with anyio.fail_after(10):
+            await ran.wait()  # the worker is up
+        await anyio.sleep(0.2)  # and the defer's connection back in the pool, idle
+        before = app_pool_backends()
+        assert before
+        for pid in before:
+            db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with anyio.fail_after(20):
+            while not (after := app_pool_backends()) or after & before:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
