@@ -47,7 +47,7 @@ def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
 REQUEUE_TRIES = 5
 
 # The schema objects a query may name, outside string literals.
-_OBJECTS = re.compile(r"(?<!')\b(asyncq_jobs|asyncq_job_status|asyncq_channel)\b(?!')")
+_OBJECTS = re.compile(r"(?<!')\b(asyncq_[a-z_]+)\b(?!')")
 
 
 def _load_queries() -> dict[str, str]:
@@ -65,10 +65,7 @@ QUERIES = _load_queries()
 
 def _qualified(query: str, schema: str) -> str:
     template = _OBJECTS.sub(r"{\1}", query.replace("{", "{{").replace("}", "}}"))
-    names = {
-        name: sql.Identifier(schema, name)
-        for name in ("asyncq_jobs", "asyncq_job_status", "asyncq_channel")
-    }
+    names = {name: sql.Identifier(schema, name) for name in set(_OBJECTS.findall(query))}
     return sql.SQL(template).format(**names).as_string()
 
 

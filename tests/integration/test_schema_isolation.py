@@ -85,7 +85,10 @@ async def test_each_app_migrates_into_its_own_schema(throwaway_dsn: str, tdb: An
         "SELECT table_schema, table_name FROM information_schema.tables"
         " WHERE table_name LIKE 'asyncq%' ORDER BY 1, 2"
     ).fetchall()
-    assert tables == [("tenant_a", "asyncq_jobs"), ("tenant_a", "asyncq_migrations")]
+    assert {schema for schema, _ in tables} == {"tenant_a"}
+    assert {"asyncq_jobs", "asyncq_migrations", "asyncq_queues", "asyncq_schedules"} <= {
+        name for _, name in tables
+    }
     # The type, the functions and the triggers live there too.
     types = tdb.execute(
         "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
