@@ -13,7 +13,9 @@ reaper once that lease has expired::
       │  handed back       │  ▼
       └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
-``cancelled`` is reserved for jobs a person cancels before they run.
+``cancelled``: a cancel ends a queued job there at once; for a running one it marks
+the row, and whatever ends that attempt (its worker stopping it, a failure, a
+hand-back, the reaper) ends the job ``cancelled``, not queued again.
 
 Every claim of a row adds one to its ``claims``, which nothing resets: the claim a
 worker holds a job by is the fence of all its writes for that attempt.
