@@ -49,13 +49,17 @@ RETURNING id
 
 -- name: claim_any
 -- A paused queue (asyncq_queues.paused_at set) is skipped: its list is read once per claim.
+-- The NOT EXISTS is not redundant: with it the planner keeps the ordered scan of the
+-- ready index that stops at the LIMIT; faced with "<> ALL" of an array it cannot see,
+-- it would sort every ready row first.
 -- The lease runs from when the rows are written (clock_timestamp(), read once), not from
 -- when the statement began (now()): a claim that waited behind a table lock (a CREATE
 -- INDEX, say) still gets a whole lease.
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now()
-       AND queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL))
+       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
+            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -72,7 +76,8 @@ RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, 
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
-       AND queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL))
+       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
+            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
