@@ -2,8 +2,10 @@
 migration is applied to their live table and workers of this version join them, then
 the old ones stop. Jobs deferred all along run exactly once; nothing is lost.
 
-The previous version is this repository's own code from before the latest migration,
-taken from git (the test skips where there is no git history)."""
+The previous versions are this repository's own code from before a migration, taken
+from git (the test skips where there is no git history): the last code at schema
+version 2 (which these upgrades began from) and the last one before the newest
+migration."""
 
 from __future__ import annotations
 
@@ -43,9 +45,10 @@ async def work(n: int) -> dict:
 """
 
 
-def previous_version(into: Path) -> Path:
-    """The asyncq package as it was before the latest migration, under ``into``."""
-    latest = sorted((REPO / "asyncq/sql/migrations").glob(f"{LATEST_VERSION:04d}_*.sql"))[0]
+def previous_version(version: int, into: Path) -> Path:
+    """The asyncq package as it was at schema ``version`` (just before the migration after
+    it was added), under ``into``."""
+    latest = sorted((REPO / "asyncq/sql/migrations").glob(f"{version + 1:04d}_*.sql"))[0]
     try:
         first = subprocess.run(
             ["git", "-C", str(REPO), "rev-list", "--reverse", "HEAD", "--", str(latest)],
@@ -74,10 +77,11 @@ def schema(dsn: str) -> Iterator[str]:
         conn.execute("DROP TABLE IF EXISTS upgrade_runs")
 
 
+@pytest.mark.parametrize("old_version", sorted({2, LATEST_VERSION - 1}))
 def test_old_and_new_workers_share_the_table_through_the_migration(
-    dsn: str, schema: str, tmp_path: Path
+    dsn: str, schema: str, tmp_path: Path, old_version: int
 ) -> None:
-    old_code = previous_version(tmp_path / "old")
+    old_code = previous_version(old_version, tmp_path / "old")
     (tmp_path / "upgrade_app.py").write_text(APP_SOURCE)
     started: list[WorkerProcess] = []
 
@@ -134,7 +138,7 @@ def test_old_and_new_workers_share_the_table_through_the_migration(
         migrated = asyncq_cmd("old", "migrate", "upgrade_app:app")
         assert migrated.returncode == 0, migrated.stderr
         version = db.execute(f'SELECT max(version) FROM "{schema}".asyncq_migrations').fetchone()
-        assert version is not None and version[0] == LATEST_VERSION - 1
+        assert version is not None and version[0] == old_version
 
         jobs = f'"{schema}".asyncq_jobs'
         deferred: list[int] = []
