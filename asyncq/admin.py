@@ -1,10 +1,16 @@
-"""Operations on jobs and queues that people run (the ``asyncq`` command and the App's
-methods): requeue, cancel, pause and resume. Each takes a connection and the App's store."""
+"""What people do with jobs and queues (the ``asyncq`` command, the App's methods, the
+dashboard): look at jobs, queues and the table's health; requeue, cancel, pause,
+resume and prune. Each takes a connection and the App's store."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
 
 from asyncq.codec import validate_name
 from asyncq.job import Status
@@ -84,3 +90,288 @@ async def pause(conn: Conn, store: Store, queue: str) -> bool:
 async def resume(conn: Conn, store: Store, queue: str) -> bool:
     """Let workers claim from ``queue`` again; False if it was not paused."""
     return await store.resume_queue(conn, queue=validate_name("queue", queue))
+
+
+STATUSES = tuple(str(s) for s in Status)
+MAX_LISTING = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job as a listing shows it: ``error`` is the first line of its ``last_error``."""
+
+    id: int
+    task_name: str
+    queue: str
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    locked_by: str | None
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> JobSummary:
+        values = dict(zip([f.name for f in fields(cls)], row, strict=True))
+        if values["error"]:
+            values["error"] = values["error"].splitlines()[0]
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """A job in full; ``args`` and ``result`` decoded from JSON (``args`` is the stored
+    text when it cannot be decoded)."""
+
+    id: int
+    task_name: str
+    queue: str
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    claims: int
+    handbacks: int
+    run_at: datetime
+    created_at: datetime
+    locked_by: str | None
+    locked_at: datetime | None
+    expires_at: datetime | None
+    finished_at: datetime | None
+    unique_key: str | None
+    group_key: str | None
+    schedule: str | None
+    scheduled_at: datetime | None
+    abort_requested_at: datetime | None
+    last_error: str | None
+    args: Any
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    name: str
+    ready: int
+    scheduled: int
+    oldest_ready_seconds: float | None
+    running: int
+    failed: int
+    done_last_hour: int
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Horizon:
+    """The oldest snapshot in the cluster: vacuum keeps every row version newer than it."""
+
+    kind: str  # session, replication slot, prepared transaction
+    holder: str
+    seconds: float | None  # how long it has been open (unknown for a slot)
+    xids: int  # how many transactions behind it is
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """The jobs table's health: rows by state (done ones estimated from the statistics:
+    counting them would read most of the table), what vacuum has to do and when it last
+    did it, sizes, what holds the vacuum horizon back, throughput, and warnings."""
+
+    rows: dict[str, int]
+    live_tuples: int
+    dead_tuples: int
+    inserts: int
+    updates: int
+    hot_updates: int
+    deletes: int
+    last_vacuum: datetime | None
+    last_autovacuum: datetime | None
+    last_analyze: datetime | None
+    last_autoanalyze: datetime | None
+    vacuum_count: int
+    autovacuum_count: int
+    now: datetime
+    table_bytes: int
+    index_bytes: int
+    total_bytes: int
+    index_sizes: dict[str, int]
+    horizon: Horizon | None
+    throughput: list[tuple[datetime, str, int]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def as_json(value: Any) -> str:
+    """One of the records above (or a list of them) as JSON; times in ISO 8601."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, datetime):
+            return v.isoformat()
+        if isinstance(v, Decimal):
+            return float(v)
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [plain(x) for x in v]
+        if hasattr(v, "__dataclass_fields__"):
+            return plain(asdict(v))
+        return v
+
+    return json.dumps(plain(value), ensure_ascii=False)
+
+
+def _limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTING:
+        raise ValueError(f"the limit is a whole number from 1 to {MAX_LISTING}, not {limit!r}")
+    return limit
+
+
+async def jobs(
+    conn: Conn,
+    store: Store,
+    *,
+    status: str | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    limit: int = 20,
+) -> list[JobSummary]:
+    """Jobs, newest first, or in the order they will run (queued) or their leases end
+    (running); narrowed by status, queue and task name."""
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
+    rows = await store.list_jobs(
+        conn,
+        status=status,
+        queue=None if queue is None else validate_name("queue", queue),
+        task=None if task is None else validate_name("task", task),
+        limit=_limit(limit),
+    )
+    return [JobSummary.from_row(row) for row in rows]
+
+
+async def job(conn: Conn, store: Store, job_id: int) -> JobDetail | None:
+    """One job in full; None when there is no such job."""
+    [wanted] = job_ids([job_id])
+    row = await store.job_detail(conn, job_id=wanted)
+    if row is None:
+        return None
+    values = dict(zip([f.name for f in fields(JobDetail)], row, strict=True))
+    with contextlib.suppress(ValueError):  # else shown as stored
+        values["args"] = json.loads(values["args"])
+    if values["result"] is not None:
+        values["result"] = json.loads(values["result"])
+    return JobDetail(**values)
+
+
+async def queues(conn: Conn, store: Store) -> list[QueueOverview]:
+    """Every queue that has jobs (or settings): counts by state, the age of its oldest
+    ready job, whether it is paused."""
+    return [QueueOverview(*row) for row in await store.queue_overview(conn)]
+
+
+async def stats(
+    conn: Conn, store: Store, *, max_snapshot_age: float = 300.0, minutes: int = 10
+) -> TableStats:
+    """The jobs table's health, with a warning for each way vacuum may be losing."""
+    counts = await store.state_counts(conn)
+    health = await store.table_health(conn)
+    assert health is not None, "the jobs table has no statistics row"
+    horizon = await store.oldest_snapshot(conn)
+    rows = dict(zip(("queued", "running", "failed", "cancelled"), counts, strict=True))
+    rows["done"] = max(health[0] - sum(rows.values()), 0)  # estimated: live tuples less the rest
+    found = TableStats(
+        rows=rows,
+        live_tuples=health[0],
+        dead_tuples=health[1],
+        inserts=health[2],
+        updates=health[3],
+        hot_updates=health[4],
+        deletes=health[5],
+        last_vacuum=health[6],
+        last_autovacuum=health[7],
+        last_analyze=health[8],
+        last_autoanalyze=health[9],
+        vacuum_count=health[10],
+        autovacuum_count=health[11],
+        now=health[12],
+        table_bytes=health[13],
+        index_bytes=health[14],
+        total_bytes=health[15],
+        index_sizes={str(name): int(size) for name, size in await store.index_sizes(conn)},
+        horizon=None if horizon is None else Horizon(*horizon),
+        throughput=[(r[0], r[1], r[2]) for r in await store.throughput(conn, minutes=minutes)],
+    )
+    found.warnings.extend(vacuum_warnings(found, max_snapshot_age=max_snapshot_age))
+    return found
+
+
+DEAD_TUPLES_FLOOR = 10_000  # below this, dead tuples are nothing to worry about
+AUTOVACUUM_LATE = timedelta(minutes=10)
+
+
+def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
+    """Why vacuum may be losing on the jobs table, one line each (none: it keeps up).
+
+    A snapshot older than ``max_snapshot_age`` seconds keeps every dead row version newer
+    than it, in every table: vacuum runs and removes nothing, and the claim reads more
+    pages each time. Dead versions outnumbering live rows, with no autovacuum for a
+    while, mean autovacuum does not keep up (or does not run) for this table.
+    """
+    found = []
+    horizon = stats.horizon
+    if horizon is not None and horizon.seconds is not None and horizon.seconds > max_snapshot_age:
+        found.append(
+            f"vacuum is held back: {horizon.kind} {horizon.holder} has held a snapshot for"
+            f" {_duration(horizon.seconds)} ({horizon.xids} transactions ago); no dead row"
+            f" newer than it can be removed ({stats.dead_tuples} dead in the jobs table)"
+        )
+    elif horizon is not None and horizon.seconds is None and horizon.xids > 1_000_000:
+        found.append(
+            f"vacuum is held back: {horizon.kind} {horizon.holder} is {horizon.xids}"
+            " transactions behind; no dead row newer than it can be removed"
+        )
+    last = max((t for t in (stats.last_vacuum, stats.last_autovacuum) if t), default=None)
+    if stats.dead_tuples > max(DEAD_TUPLES_FLOOR, stats.live_tuples) and (
+        last is None or stats.now - last > AUTOVACUUM_LATE
+    ):
+        since = "never" if last is None else f"{_duration((stats.now - last).total_seconds())} ago"
+        found.append(
+            f"vacuum is falling behind: {stats.dead_tuples} dead row versions against"
+            f" {stats.live_tuples} live ones, and the table was last vacuumed {since}"
+        )
+    return found
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+PRUNE_BATCH = 10_000
+
+
+async def prune(
+    conn: Conn,
+    store: Store,
+    *,
+    older_than: timedelta,
+    batch: int = PRUNE_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete done jobs that finished more than ``older_than`` ago, ``batch`` rows per
+    statement (each its own short transaction); returns how many were deleted."""
+    if older_than < timedelta(0):
+        raise ValueError("older_than must not be negative")
+    deleted = 0
+    while True:
+        n = await store.prune_done(conn, retention=older_than, limit=batch)
+        deleted += n
+        if progress is not None:
+            progress(deleted)
+        if n < batch:
+            return deleted

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import anyio
 import psycopg
 
 import asyncq
+from asyncq import admin, display
 from asyncq.admin import NOT_FOUND
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
@@ -127,7 +131,80 @@ def build_parser() -> argparse.ArgumentParser:
         )
         command.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
         command.add_argument("queue", metavar="QUEUE", help="the queue's name")
+
+    jobs = commands.add_parser(
+        "jobs",
+        help="list jobs",
+        description="List jobs: queued ones in the order they will run, running ones by"
+        " when their lease ends, finished ones newest first; without --status, newest"
+        " first.",
+    )
+    jobs.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    jobs.add_argument("-s", "--status", choices=admin.STATUSES, help="only jobs in this state")
+    jobs.add_argument("-q", "--queue", metavar="Q", help="only jobs of this queue")
+    jobs.add_argument("-t", "--task", metavar="TASK", help="only jobs of this task name")
+    jobs.add_argument(
+        "-n", "--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)"
+    )
+    jobs.add_argument("--json", action="store_true", help="one JSON object per job")
+
+    job = commands.add_parser("job", help="one job in full", description="Show one job in full.")
+    job.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    job.add_argument("id", type=int, metavar="ID", help="the job's id")
+    job.add_argument("--json", action="store_true", help="print one JSON object")
+
+    queues = commands.add_parser(
+        "queues",
+        help="the queues and their jobs by state",
+        description="Each queue: ready and scheduled jobs, the age of the oldest ready one,"
+        " running, failed, done in the last hour, and whether it is paused.",
+    )
+    queues.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    queues.add_argument("--json", action="store_true", help="one JSON object per queue")
+
+    stats = commands.add_parser(
+        "stats",
+        help="the jobs table's health",
+        description="The jobs table's health: rows by state, dead row versions against"
+        " live ones, the last (auto)vacuum and analyze, sizes, the oldest snapshot that"
+        " holds vacuum back, jobs ended per minute; a warning line when vacuum is losing.",
+    )
+    stats.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    stats.add_argument(
+        "--max-snapshot-age",
+        type=_duration,
+        default=timedelta(minutes=5),
+        metavar="DURATION",
+        help="warn about a snapshot open longer than this (default 5m)",
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete done jobs older than a duration",
+        description="Delete done jobs that finished longer ago than --older-than, in"
+        " batches of 10,000 (each a short transaction). Failed jobs are kept.",
+    )
+    prune.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        default=timedelta(days=1),
+        metavar="DURATION",
+        help="for example 90s, 30m, 12h, 7d (default 1d)",
+    )
+    prune.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _duration(text: str) -> timedelta:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: a number of seconds, or with s, m, h or d (30m, 7d)"
+        )
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2] or "s"]
+    return timedelta(seconds=float(match[1]) * unit)
 
 
 async def _worker(app: App, args: argparse.Namespace) -> None:
@@ -194,6 +271,162 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
     print(f"queue {args.queue} resumed" if changed else f"queue {args.queue} was not paused")
 
 
+async def _jobs(app: App, args: argparse.Namespace) -> None:
+    async with app, app.pool.connection() as conn:
+        found = await admin.jobs(
+            conn, app.store, status=args.status, queue=args.queue, task=args.task, limit=args.limit
+        )
+    if args.json:
+        for summary in found:
+            print(admin.as_json(summary))
+        return
+    headers = ["id", "task", "queue", "status", "attempts", "run_at", "finished", "error"]
+    rows = [
+        [
+            j.id,
+            j.task_name,
+            j.queue,
+            j.status,
+            f"{j.attempts}/{j.max_attempts}",
+            j.run_at,
+            j.finished_at,
+            j.error,
+        ]
+        for j in found
+    ]
+    print(display.table(headers, rows) if rows else "no jobs")
+
+
+async def _job(app: App, args: argparse.Namespace) -> None:
+    async with app, app.pool.connection() as conn:
+        found = await admin.job(conn, app.store, args.id)
+    if found is None:
+        print(f"job {args.id}: not found", file=sys.stderr)
+        raise _Refused()
+    if args.json:
+        print(admin.as_json(found))
+        return
+    for name, value in dataclasses.asdict(found).items():
+        if name in ("args", "result", "last_error"):
+            continue
+        print(f"{name:>18}  {display.cell(value)}")
+    print(f"{'args':>18}  {display.printable(json.dumps(found.args, ensure_ascii=False))}")
+    print(f"{'result':>18}  {display.printable(json.dumps(found.result, ensure_ascii=False))}")
+    if found.last_error:
+        print(f"{'last_error':>18}")
+        print(display.printable(found.last_error))
+
+
+async def _queues(app: App, args: argparse.Namespace) -> None:
+    async with app, app.pool.connection() as conn:
+        found = await admin.queues(conn, app.store)
+    if args.json:
+        for queue in found:
+            print(admin.as_json(queue))
+        return
+    headers = [
+        "queue",
+        "ready",
+        "scheduled",
+        "oldest ready",
+        "running",
+        "failed",
+        "done (1h)",
+        "paused",
+    ]
+    rows = [
+        [
+            q.name,
+            q.ready,
+            q.scheduled,
+            display.age(q.oldest_ready_seconds),
+            q.running,
+            q.failed,
+            q.done_last_hour,
+            q.paused,
+        ]
+        for q in found
+    ]
+    print(display.table(headers, rows) if rows else "no queues")
+
+
+async def _stats(app: App, args: argparse.Namespace) -> None:
+    async with app, app.pool.connection() as conn:
+        found = await admin.stats(
+            conn, app.store, max_snapshot_age=args.max_snapshot_age.total_seconds()
+        )
+    if args.json:
+        print(admin.as_json(found))
+    else:
+        print(_stats_text(found))
+    for warning in found.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+
+
+def _stats_text(s: admin.TableStats) -> str:
+    hot = f"{100 * s.hot_updates / s.updates:.0f}%" if s.updates else "-"
+    lines = [
+        "rows: "
+        + ", ".join(f"{state} {'~' if state == 'done' else ''}{n}" for state, n in s.rows.items()),
+        f"tuples: {s.live_tuples} live, {s.dead_tuples} dead"
+        f" ({s.dead_tuples / max(s.live_tuples, 1):.2f} dead per live);"
+        f" {s.inserts} inserted, {s.updates} updated ({hot} HOT), {s.deletes} deleted",
+        f"vacuum: last {display.since(s.last_vacuum, s.now)},"
+        f" last autovacuum {display.since(s.last_autovacuum, s.now)}"
+        f" ({s.autovacuum_count} autovacuums)",
+        f"analyze: last {display.since(s.last_analyze, s.now)},"
+        f" last autoanalyze {display.since(s.last_autoanalyze, s.now)}",
+        f"size: {display.size(s.total_bytes)} (table {display.size(s.table_bytes)},"
+        f" indexes {display.size(s.index_bytes)}: "
+        + ", ".join(f"{name} {display.size(n)}" for name, n in s.index_sizes.items())
+        + ")",
+    ]
+    if s.horizon is None:
+        lines.append("oldest snapshot: none open")
+    else:
+        h = s.horizon
+        held = "" if h.seconds is None else f" for {display.age(h.seconds)}"
+        lines.append(
+            f"oldest snapshot: {h.kind} {display.printable(h.holder)}{held},"
+            f" {h.xids} transactions ago"
+        )
+    per_minute: dict[Any, dict[str, int]] = {}
+    for minute, status, n in s.throughput:
+        per_minute.setdefault(minute, {})[status] = n
+    lines.append("ended per minute (last 10):")
+    if per_minute:
+        rows = [
+            [m, c.get("done", 0), c.get("failed", 0), c.get("cancelled", 0)]
+            for m, c in sorted(per_minute.items())
+        ]
+        lines.append(display.table(["minute", "done", "failed", "cancelled"], rows))
+    else:
+        lines.append("  none")
+    return "\n".join(lines)
+
+
+async def _prune(app: App, args: argparse.Namespace) -> None:
+    shown = sys.stderr.isatty() and not args.json
+
+    def progress(deleted: int) -> None:
+        if shown:
+            print(f"\rpruned {deleted} jobs...", end="", file=sys.stderr, flush=True)
+
+    async with app, app.pool.connection() as conn:
+        deleted = await admin.prune(conn, app.store, older_than=args.older_than, progress=progress)
+    if shown:
+        print(file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps({"pruned": deleted, "older_than_seconds": args.older_than.total_seconds()})
+        )
+    else:
+        print(
+            f"pruned {deleted} done jobs that finished more than"
+            f" {display.age(args.older_than.total_seconds())} ago"
+        )
+
+
 class _Refused(Exception):
     """Some jobs were refused: exit 1 after printing why."""
 
@@ -234,6 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cancel": _cancel,
         "pause": _pause,
         "resume": _resume,
+        "jobs": _jobs,
+        "job": _job,
+        "queues": _queues,
+        "stats": _stats,
+        "prune": _prune,
     }
     try:
         if args.command == "worker":
@@ -243,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise CommandError(str(exc)) from None
         app = load_app(args.app)
         _run(lambda: commands[args.command](app, args))
-    except CommandError as exc:
+    except (CommandError, ValueError) as exc:  # a ValueError: an argument admin refused
         print(f"asyncq: error: {exc}", file=sys.stderr)
         return 2
     except (AsyncqError, psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:

@@ -281,3 +281,54 @@ class Store:
     async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    # -- what people look at (the asyncq command, the dashboard) -----------------------
+
+    def _table(self, conn: Conn) -> str:
+        name = ("asyncq_jobs",) if self.schema is None else (self.schema, "asyncq_jobs")
+        return sql.Identifier(*name).as_string(conn)
+
+    async def list_jobs(
+        self,
+        conn: Conn,
+        *,
+        status: str | None,
+        queue: str | None,
+        task: str | None,
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
+        query = {
+            None: "list_all",
+            "queued": "list_queued",
+            "running": "list_running",
+            "done": "list_done",
+            "failed": "list_ended",
+            "cancelled": "list_ended",
+        }[status]
+        params = {"status": status, "queue": queue, "task": task, "limit": limit}
+        return await (await conn.execute(self.q[query], params)).fetchall()
+
+    async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:
+        return await (await conn.execute(self.q["job_detail"], {"id": job_id})).fetchone()
+
+    async def queue_overview(self, conn: Conn) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["queue_overview"])).fetchall()
+
+    async def state_counts(self, conn: Conn) -> tuple[int, ...]:
+        row = await (await conn.execute(self.q["state_counts"])).fetchone()
+        assert row is not None
+        return tuple(int(n) for n in row)
+
+    async def table_health(self, conn: Conn) -> tuple[Any, ...] | None:
+        table = self._table(conn)
+        return await (await conn.execute(self.q["table_health"], {"table": table})).fetchone()
+
+    async def index_sizes(self, conn: Conn) -> list[tuple[Any, ...]]:
+        table = self._table(conn)
+        return await (await conn.execute(self.q["index_sizes"], {"table": table})).fetchall()
+
+    async def oldest_snapshot(self, conn: Conn) -> tuple[Any, ...] | None:
+        return await (await conn.execute(self.q["oldest_snapshot"], {})).fetchone()
+
+    async def throughput(self, conn: Conn, *, minutes: int) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["throughput"], {"minutes": minutes})).fetchall()

@@ -343,3 +343,162 @@ SELECT count(pg_notify(asyncq_channel(), name)) > 0 FROM resumed
 
 -- name: paused_queues
 SELECT name, paused_at FROM asyncq_queues WHERE paused_at IS NOT NULL ORDER BY name
+
+-- Listings of the asyncq command and the dashboard. Each state is read through its own
+-- index, in that state's natural order, so that a listing reads about as many rows as it
+-- shows, whatever the number of done rows.
+
+-- name: list_queued
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
+       created_at, finished_at, locked_by, last_error
+  FROM asyncq_jobs
+ WHERE status = 'queued'
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY priority DESC, run_at, id
+ LIMIT %(limit)s
+
+-- name: list_running
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
+       created_at, finished_at, locked_by, last_error
+  FROM asyncq_jobs
+ WHERE expires_at IS NOT NULL AND status = 'running'
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY expires_at
+ LIMIT %(limit)s
+
+-- name: list_done
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
+       created_at, finished_at, locked_by, last_error
+  FROM asyncq_jobs
+ WHERE status = 'done'
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY finished_at DESC
+ LIMIT %(limit)s
+
+-- name: list_ended
+-- Failed or cancelled jobs (%(status)s), newest first.
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
+       created_at, finished_at, locked_by, last_error
+  FROM asyncq_jobs
+ WHERE status IN ('failed', 'cancelled') AND status = %(status)s::asyncq_job_status
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY finished_at DESC
+ LIMIT %(limit)s
+
+-- name: list_all
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
+       created_at, finished_at, locked_by, last_error
+  FROM asyncq_jobs
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
+-- name: job_detail
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, claims,
+       handbacks, run_at, created_at, locked_by, locked_at, expires_at, finished_at,
+       unique_key, group_key, schedule, scheduled_at, abort_requested_at, last_error,
+       args::text, result::text
+  FROM asyncq_jobs
+ WHERE id = %(id)s
+
+-- name: queue_overview
+-- Per queue: ready and scheduled jobs, the age of the oldest ready one, running, failed,
+-- done in the last hour, and whether it is paused. Each count reads its state's index.
+WITH queued AS (
+    SELECT queue, count(*) FILTER (WHERE run_at <= now()) AS ready,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+               AS oldest
+      FROM asyncq_jobs WHERE status = 'queued' GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running
+      FROM asyncq_jobs WHERE expires_at IS NOT NULL AND status = 'running' GROUP BY queue
+), failed AS (
+    SELECT queue, count(*) AS failed
+      FROM asyncq_jobs WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+     GROUP BY queue
+), done AS (
+    SELECT queue, count(*) AS done
+      FROM asyncq_jobs WHERE status = 'done' AND finished_at > now() - interval '1 hour'
+     GROUP BY queue
+), names AS (
+    SELECT queue FROM queued UNION SELECT queue FROM running UNION SELECT queue FROM failed
+    UNION SELECT queue FROM done UNION SELECT name FROM asyncq_queues
+)
+SELECT n.queue, coalesce(q.ready, 0), coalesce(q.scheduled, 0), q.oldest,
+       coalesce(r.running, 0), coalesce(f.failed, 0), coalesce(d.done, 0),
+       p.paused_at IS NOT NULL
+  FROM names AS n
+  LEFT JOIN queued AS q ON q.queue = n.queue
+  LEFT JOIN running AS r ON r.queue = n.queue
+  LEFT JOIN failed AS f ON f.queue = n.queue
+  LEFT JOIN done AS d ON d.queue = n.queue
+  LEFT JOIN asyncq_queues AS p ON p.name = n.queue
+ ORDER BY n.queue
+
+-- name: state_counts
+-- Every state but done, counted through its index (done rows are most of the table:
+-- their number comes from the statistics instead).
+SELECT (SELECT count(*) FROM asyncq_jobs WHERE status = 'queued'),
+       (SELECT count(*) FROM asyncq_jobs WHERE expires_at IS NOT NULL AND status = 'running'),
+       (SELECT count(*) FROM asyncq_jobs
+         WHERE status IN ('failed', 'cancelled') AND status = 'failed'),
+       (SELECT count(*) FROM asyncq_jobs
+         WHERE status IN ('failed', 'cancelled') AND status = 'cancelled')
+
+-- name: table_health
+-- The jobs table as the statistics collector and the catalog see it.
+SELECT s.n_live_tup, s.n_dead_tup, s.n_tup_ins, s.n_tup_upd, s.n_tup_hot_upd, s.n_tup_del,
+       s.last_vacuum, s.last_autovacuum, s.last_analyze, s.last_autoanalyze,
+       s.vacuum_count, s.autovacuum_count, now(),
+       pg_relation_size(s.relid), pg_indexes_size(s.relid), pg_total_relation_size(s.relid)
+  FROM pg_stat_user_tables AS s
+ WHERE s.relid = %(table)s::regclass
+
+-- name: index_sizes
+SELECT c.relname, pg_relation_size(c.oid)
+  FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+ WHERE i.indrelid = %(table)s::regclass
+ ORDER BY c.relname
+
+-- name: oldest_snapshot
+-- What holds the vacuum horizon back: the oldest snapshot of a session (another than
+-- this one), of a replication slot, or of a prepared transaction, with its age.
+SELECT * FROM (
+    SELECT 'session' AS kind,
+           format('pid %%s (%%s, %%s)', pid, coalesce(nullif(application_name, ''), usename),
+                  state) AS holder,
+           extract(epoch FROM now() - coalesce(xact_start, backend_start))::float8 AS seconds,
+           age(backend_xmin) AS xids
+      FROM pg_stat_activity
+     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+    UNION ALL
+    SELECT 'replication slot', slot_name::text, NULL,
+           greatest(age(xmin), age(catalog_xmin))
+      FROM pg_replication_slots
+     WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared transaction', gid, extract(epoch FROM now() - prepared)::float8,
+           age(transaction)
+      FROM pg_prepared_xacts
+) AS holders
+ ORDER BY xids DESC
+ LIMIT 1
+
+-- name: throughput
+-- Jobs that ended in each of the last %(minutes)s minutes, by how they ended.
+SELECT date_trunc('minute', finished_at) AS minute, status::text, count(*)
+  FROM asyncq_jobs
+ WHERE status = 'done' AND finished_at > now() - make_interval(mins => %(minutes)s)
+ GROUP BY 1, 2
+UNION ALL
+SELECT date_trunc('minute', finished_at), status::text, count(*)
+  FROM asyncq_jobs
+ WHERE status IN ('failed', 'cancelled') AND finished_at > now() - make_interval(mins => %(minutes)s)
+ GROUP BY 1, 2
+ ORDER BY 1, 2

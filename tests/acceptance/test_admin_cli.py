@@ -1,0 +1,138 @@
+"""The asyncq command's views and upkeep: jobs, job, queues, stats (with the vacuum
+warning, made real by a long-open transaction while jobs churn) and prune, each as a
+table and as JSON; bad arguments give one-line errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from tests.harness.app import APP, FAIL, NOOP
+from tests.harness.jobs import insert_jobs
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers, wait_until
+
+
+def settled(db: Any, ids: list[int]) -> bool:
+    rows = db.execute(
+        "SELECT count(*) FROM asyncq_jobs WHERE id = ANY(%s) AND status IN ('done', 'failed')",
+        (ids,),
+    ).fetchone()
+    return bool(rows and rows[0] == len(ids))
+
+
+def test_jobs_job_and_queues_show_what_the_table_holds(db, workers: Workers) -> None:
+    done = insert_jobs(db, NOOP, [{"n": n} for n in range(3)])
+    failed = insert_jobs(db, FAIL, [{"tag": 1}], queue="risky")
+    evil = "<script>alert(1)</script>\x1b[31m"
+    insert_jobs(db, NOOP, [{"n": 9}], queue=evil, run_at=datetime.now(UTC) + timedelta(hours=1))
+    worker = workers.start()
+    wait_until(lambda: settled(db, done + failed), 15, "the jobs to end")
+    worker.send(15)
+    worker.wait(15)
+
+    listing = workers.cli("jobs", APP, "--status", "failed")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0].split()[:4] == ["id", "task", "queue", "status"]
+    assert len(lines) == 2 and f"{failed[0]} " in lines[1] and "RuntimeError" in lines[1]
+
+    as_json = workers.cli("jobs", APP, "--queue", "risky", "--json")
+    [row] = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert (row["id"], row["status"], row["queue"]) == (failed[0], "failed", "risky")
+
+    # A hostile queue name reaches the terminal escaped.
+    listing = workers.cli("jobs", APP, "--status", "queued")
+    assert "\x1b" not in listing.stdout and "\\x1b[31m" in listing.stdout
+
+    one = workers.cli("job", APP, str(failed[0]), "--json")
+    detail = json.loads(one.stdout)
+    assert detail["args"] == {"tag": 1} and detail["attempts"] == detail["max_attempts"]
+    assert "job 1 fails on purpose" in detail["last_error"]
+    text = workers.cli("job", APP, str(failed[0])).stdout
+    assert "Traceback (most recent call last)" in text
+
+    missing = workers.cli("job", APP, "999999")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+    queues = workers.cli("queues", APP, "--json")
+    by_name = {q["name"]: q for q in map(json.loads, queues.stdout.splitlines())}
+    assert by_name["default"]["done_last_hour"] == 3
+    assert by_name["risky"]["failed"] == 1
+    assert by_name[evil]["scheduled"] == 1 and by_name[evil]["ready"] == 0
+    table = workers.cli("queues", APP).stdout
+    assert table.splitlines()[0].split()[:3] == ["queue", "ready", "scheduled"]
+
+
+def test_bad_arguments_are_one_line_errors(workers: Workers) -> None:
+    for args in (
+        ["jobs", APP, "--status", "stuck"],
+        ["jobs", APP, "--limit", "0"],
+        ["jobs", APP, "--queue", ""],
+        ["prune", APP, "--older-than", "soon"],
+        ["stats", APP, "--max-snapshot-age", "-1"],
+    ):
+        run = workers.cli(*args)
+        assert run.returncode == 2, (args, run.stdout, run.stderr)
+        errors = [line for line in run.stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1 and errors[0].startswith("asyncq"), run.stderr
+        assert "Traceback" not in run.stderr
+
+
+def test_stats_warns_while_an_old_snapshot_holds_vacuum_back(
+    db, dsn: str, workers: Workers, ledger: Ledger
+) -> None:
+    quiet = workers.cli("stats", APP, "--json")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "WARNING" not in quiet.stderr
+
+    # A session that took a snapshot and stays in its transaction, while jobs churn.
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SET application_name = 'forgotten report'")
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM asyncq_jobs").fetchone()
+        worker = workers.start("--concurrency", "20")
+        ids = insert_jobs(db, NOOP, [{"n": n} for n in range(2000)])
+        wait_until(lambda: settled(db, ids), 60, "the churn to end")
+        db.execute("VACUUM asyncq_jobs")  # it runs, and can remove nothing newer than the snapshot
+        time.sleep(1.1)
+        held = workers.cli("stats", APP, "--max-snapshot-age", "1s")
+        assert held.returncode == 0, held.stderr
+        warning = [line for line in held.stderr.splitlines() if line.startswith("WARNING")]
+        assert warning, held.stdout + held.stderr
+        assert "vacuum is held back" in warning[0] and "forgotten report" in warning[0]
+        assert "idle in transaction" in warning[0]
+        text = held.stdout
+        assert "oldest snapshot: session pid" in text and "forgotten report" in text
+        dead = json.loads(workers.cli("stats", APP, "--json").stdout)["dead_tuples"]
+        assert dead >= 2000, dead  # each job left dead versions that the vacuum had to keep
+        holder.rollback()
+    worker.send(15)
+    worker.wait(15)
+    db.execute("VACUUM asyncq_jobs")
+    after = workers.cli("stats", APP, "--max-snapshot-age", "1s", "--json")
+    assert "vacuum is held back" not in after.stderr
+    assert json.loads(after.stdout)["dead_tuples"] < dead
+
+
+def test_prune_deletes_old_done_jobs_in_batches_and_keeps_the_rest(db, workers: Workers) -> None:
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+        " SELECT 'old', 'done', now() - interval '3 days' FROM generate_series(1, 25000)"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at) VALUES"
+        " ('recent', 'done', now() - interval '1 hour'),"
+        " ('kept', 'failed', now() - interval '30 days')"
+    )
+    run = workers.cli("prune", APP, "--older-than", "2d", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["pruned"] == 25000
+    left = db.execute("SELECT task_name FROM asyncq_jobs ORDER BY task_name").fetchall()
+    assert [r[0] for r in left] == ["kept", "recent"]
+    again = workers.cli("prune", APP, "--older-than", "30m")
+    assert again.stdout.strip() == "pruned 1 done jobs that finished more than 30m 0s ago"
