@@ -346,6 +346,13 @@ class App:
         ``listener_health_timeout`` (5 s: it gives up after that long without an answer).
         A bad option raises `ConfigurationError` before anything connects."""
         settings = worker_settings.from_options(queues, retention=self.retention, **options)
+        observers = []
+        if settings.metrics_port is not None:
+            from asyncq.metrics import WorkerMetrics
+
+            metrics = WorkerMetrics()
+            metrics.serve(settings.metrics_port, settings.metrics_host)
+            observers.append(metrics)
         opened_here = self._pool is None
         await self.open()
         try:
@@ -359,9 +366,12 @@ class App:
                 connect_kwargs=self.connect_kwargs(),
                 settings=settings,
                 middleware=self._middleware,
+                observers=observers,
             )
             return await worker.run()
         finally:
+            for observer in observers:
+                observer.close()
             if opened_here:
                 await self.close()
 

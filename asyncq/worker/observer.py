@@ -34,6 +34,15 @@ class WorkerStats:
     left_running: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    failed: int
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WorkerInfo:
     id: str
@@ -49,8 +58,11 @@ class Observer:
     def started(self, worker: WorkerInfo) -> None:
         pass
 
-    def claimed(self, jobs: Sequence[Job]) -> None:
-        pass
+    def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
+        """``jobs`` were claimed by one statement that took ``seconds``."""
+
+    def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
+        """The jobs by queue and state, sampled by one worker at a time."""
 
     def finished(self, outcome: Outcome, status: str) -> None:
         """``outcome`` was written; ``status`` is the row's status now."""
@@ -96,9 +108,13 @@ class Observers(Observer):
         for o in self.observers:
             o.started(worker)
 
-    def claimed(self, jobs: Sequence[Job]) -> None:
+    def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
         for o in self.observers:
-            o.claimed(jobs)
+            o.claimed(jobs, seconds)
+
+    def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
+        for o in self.observers:
+            o.queue_depth(queues)
 
     def finished(self, outcome: Outcome, status: str) -> None:
         for o in self.observers:
@@ -153,7 +169,7 @@ class Counts(Observer):
         self.by_kind = dict.fromkeys(Kind, 0)
         self.lost = 0
 
-    def claimed(self, jobs: Sequence[Job]) -> None:
+    def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
         self.claims += len(jobs)
 
     def finished(self, outcome: Outcome, status: str) -> None:

@@ -89,6 +89,7 @@ class Producer:
             await self.slots.wait_free(self.refill_at)
             want = min(self.slots.free, self.batch_size)
             self.slots.take(want)
+            began = anyio.current_time()
             try:
                 jobs = await self._claim(kept, want)
             except TRANSIENT_ERRORS as exc:
@@ -98,7 +99,7 @@ class Producer:
             tries.succeeded()
             self.slots.unclaimed(want - len(jobs))
             if jobs:
-                self.observer.claimed(jobs)
+                self.observer.claimed(jobs, anyio.current_time() - began)
                 for job in jobs:
                     self.hold(job)
             if len(jobs) == want:

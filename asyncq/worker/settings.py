@@ -96,6 +96,16 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
+def _port(value: Any, name: str) -> int | None:
+    return None if value is None else _int(1, 65_535)(value, name)
+
+
+def _host(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ConfigurationError(f"{name} must be a host name or address, not {value!r}")
+    return value
+
+
 def option(default: Any, check: Callable[[Any, str], Any], *flags: str, **how: Any) -> Any:
     return field(default=default, metadata={"option": Option(check, flags, **how)})
 
@@ -160,6 +170,20 @@ class WorkerSettings:
         metavar="SECONDS",
         help="advanced: reconnect when that check gets no answer within this long",
     )
+    metrics_port: int | None = option(
+        None,
+        _port,
+        "--metrics-port",
+        metavar="PORT",
+        help="serve Prometheus metrics at /metrics on this port (needs asyncq[metrics])",
+    )
+    metrics_host: str = option(
+        "127.0.0.1",
+        _host,
+        "--metrics-host",
+        metavar="HOST",
+        help="the address the metrics are served on",
+    )
     drain: bool = option(
         False,
         _flag,
@@ -171,6 +195,7 @@ class WorkerSettings:
     retention: timedelta = timedelta(days=7)
     rescue_interval: float = 2.0
     prune_interval: float = 60.0
+    depth_interval: float = 15.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -196,6 +221,8 @@ class WorkerOptions(TypedDict, total=False):
     poll_interval: float
     listener_health_interval: float
     listener_health_timeout: float
+    metrics_port: int | None
+    metrics_host: str
     drain: bool
     handle_signals: bool
 
@@ -208,7 +235,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if spec is None or not spec.flags:
             continue
         help_text = spec.help
-        if f.default not in (None, False):
+        if isinstance(f.default, str):
+            help_text += f" (default: {f.default})"
+        elif f.default not in (None, False):
             help_text += f" (default: {f.default:g})"
         if f.name == "queues":
             parser.add_argument(

@@ -34,6 +34,7 @@ from asyncq.worker.executor import Executor, Middleware, RunnableTask
 from asyncq.worker.heartbeat import Heartbeat
 from asyncq.worker.listener import Listener
 from asyncq.worker.maintenance import Maintainer
+from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
 from asyncq.worker.maintenance.rescuer import Rescuer
 from asyncq.worker.observer import (
@@ -182,6 +183,17 @@ class Worker:
                         store=self.store,
                         interval=settings.prune_interval,
                         retention=settings.retention,
+                    ),
+                    *(
+                        [
+                            DepthSampler(
+                                store=self.store,
+                                interval=settings.depth_interval,
+                                observer=observer,
+                            )
+                        ]
+                        if settings.metrics_port is not None
+                        else []
                     ),
                 ],
                 observer=observer,

@@ -69,8 +69,6 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
         assert len(listed) == 10
         assert status is None or {j.status for j in listed} == {status}
 
-
-async def test_the_overview_and_the_counts_scan_no_done_row(app: asyncq.App, million: None) -> None:
     for query in ("queue_overview", "state_counts"):
         found = await plan(app, query, {})
         # Counting done rows reads the done index; nothing reads the table in full.

@@ -16,7 +16,7 @@ JOB = Job(3, "t.send", "q", '{"secret": "hunter2"}', 2, 3, 4)
 def test_counts_make_the_worker_stats() -> None:
     counts = Counts()
     both = Observers([Observer(), counts])
-    both.claimed([JOB, JOB])
+    both.claimed([JOB, JOB], 0.001)
     for kind, status in [
         (Kind.DONE, "done"),
         (Kind.RETRY, "queued"),
