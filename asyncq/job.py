@@ -13,6 +13,8 @@ reaper once that lease has expired::
       │  handed back       │  ▼
       └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
+A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
+
 ``cancelled`` is reserved for jobs a person cancels before they run.
 
 Every claim of a row adds one to its ``claims``, which nothing resets: the claim a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 from typing import NamedTuple
 
 from asyncq.errors import NotInJob
@@ -49,6 +52,7 @@ class Job(NamedTuple):
     attempt: int
     max_attempts: int
     claim: int
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +65,8 @@ class JobContext:
     attempt: int
     max_attempts: int
     worker: str
+    scheduled_at: datetime | None = None
+    """The slot of the schedule that made this job (None for a job deferred otherwise)."""
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("asyncq_current_job")

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection, errors, sql
 
 from asyncq.job import Job
+from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
 
@@ -31,6 +32,27 @@ class NewJob(NamedTuple):
     run_at: datetime | None
     delay: float
     max_attempts: int
+
+
+class FireResult(NamedTuple):
+    """A schedule's slot after a fire: the job made now (None: none), and whether the slot
+    is settled (fired, now or before, or not this worker's to fire)."""
+
+    schedule: str
+    job_id: int | None
+    settled: bool
+
+
+class ScheduleRow(NamedTuple):
+    name: str
+    task_name: str
+    cron: str
+    tz: str
+    queue: str | None
+    last_slot: datetime
+    last_job_id: int | None
+    last_job_status: str | None
+    now: datetime
 
 
 class WorkerFacts(NamedTuple):
@@ -252,3 +274,56 @@ class Store:
     async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def database_clock(self, conn: Conn) -> datetime:
+        row = await (await conn.execute(self.q["database_clock"])).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    async def declare_schedules(
+        self, conn: Conn, *, schedules: Sequence[Schedule], now: datetime
+    ) -> dict[str, datetime]:
+        """Write the schedules as declared (a new one starts after its latest slot at
+        ``now``); returns the last slot of each, as the table holds it."""
+        ordered = sorted(schedules, key=lambda s: s.name)  # rows locked in one order
+        names = [s.name for s in ordered]
+        await conn.execute(
+            self.q["declare_schedules"],
+            {
+                "names": names,
+                "task_names": [s.task_name for s in ordered],
+                "crons": [s.cron.expression for s in ordered],
+                "tzs": [s.tz for s in ordered],
+                "kwargs": [s.args for s in ordered],
+                "queues": [s.queue for s in ordered],
+                "last_slots": [s.cron.latest(now) for s in ordered],
+            },
+        )
+        cur = await conn.execute(self.q["schedule_slots"], {"names": names})
+        return {str(r[0]): r[1] for r in await cur.fetchall()}
+
+    async def fire_schedules(
+        self, conn: Conn, *, due: Sequence[tuple[Schedule, datetime]]
+    ) -> list[FireResult]:
+        """Fire each schedule's slot unless it is fired already (or not due by the
+        database's clock, or declared otherwise in the table)."""
+        ordered = sorted(due, key=lambda d: d[0].name)
+        cur = await conn.execute(
+            self.q["fire_schedules"],
+            {
+                "names": [s.name for s, _ in ordered],
+                "slots": [slot for _, slot in ordered],
+                "crons": [s.cron.expression for s, _ in ordered],
+                "tzs": [s.tz for s, _ in ordered],
+                "priorities": [s.priority for s, _ in ordered],
+                "max_attempts": [s.max_attempts for s, _ in ordered],
+            },
+        )
+        return [
+            FireResult(str(r[0]), None if r[1] is None else int(r[1]), bool(r[2]))
+            for r in await cur.fetchall()
+        ]
+
+    async def list_schedules(self, conn: Conn) -> list[ScheduleRow]:
+        cur = await conn.execute(self.q["list_schedules"])
+        return [ScheduleRow._make(row) for row in await cur.fetchall()]

@@ -49,6 +49,7 @@ class Executor:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             worker=self.worker,
+            scheduled_at=job.scheduled_at,
         )
         token = set_current_job(context)
         try:
