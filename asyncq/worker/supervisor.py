@@ -103,8 +103,9 @@ class Worker:
         pool = AsyncConnectionPool(
             self.conninfo,
             min_size=loops + 1,
-            max_size=loops
-            + 5,  # the claim loops, completer, heartbeat, maintenance, scheduler, one more
+            # the claim loops, the completer, heartbeat, maintenance, and one more (the
+            # scheduler's, for the moments a slot is due)
+            max_size=loops + 4,
             kwargs=self._kwargs_for("worker"),
             configure=_configure,
             open=False,
