@@ -66,10 +66,10 @@ def test_each_slot_fires_once_however_many_processes_fire_it(db: Any, dsn: str) 
         (base, SCHEDULES),
     )
     start = time.time() + 2.0  # every process connected and waiting by then
+    args = [dsn, str(SCHEDULES), str(ROUNDS), base.isoformat(), str(start)]
     firers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.firer", dsn, str(SCHEDULES), str(ROUNDS)]
-            + [base.isoformat(), str(start)],
+            [sys.executable, "-m", "tests.harness.firer", *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,
