@@ -246,6 +246,18 @@ class Store:
         )
         return [str(row[0]) for row in await cur.fetchall()]
 
+    async def missing_scheduler_privileges(self, conn: Conn, schema: str) -> list[str]:
+        """What the connected role lacks to fire schedules on ``schema``'s tables."""
+        table, schedules, runs = (
+            sql.Identifier(schema, name).as_string(conn)
+            for name in ("asyncq_jobs", "asyncq_schedules", "asyncq_schedule_runs")
+        )
+        cur = await conn.execute(
+            self.q["missing_scheduler_privileges"],
+            {"table": table, "schedules": schedules, "runs": runs},
+        )
+        return [str(row[0]) for row in await cur.fetchall()]
+
     async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
         return await self._requeue(conn, self.q["requeue_ids"], {"ids": list(ids)})
 

@@ -220,6 +220,19 @@ SELECT 'SELECT on the migrations table'
  WHERE to_regclass(%(migrations)s) IS NOT NULL
    AND NOT has_table_privilege(to_regclass(%(migrations)s), 'SELECT')
 
+-- name: missing_scheduler_privileges
+-- What the connected role lacks to run the scheduler: declare the schedules, and fire
+-- their slots (a job with its schedule and slot, the fired slot, the schedule's last slot).
+SELECT need.privilege || ' on ' || need.relation
+  FROM (VALUES (%(schedules)s, 'SELECT'), (%(schedules)s, 'INSERT'), (%(schedules)s, 'UPDATE'),
+               (%(runs)s, 'SELECT'), (%(runs)s, 'INSERT')) AS need(relation, privilege)
+ WHERE NOT has_table_privilege(need.relation::regclass, need.privilege)
+UNION ALL
+SELECT 'INSERT (' || c || ') on ' || %(table)s
+  FROM unnest(ARRAY['task_name', 'queue', 'args', 'priority', 'max_attempts', 'schedule',
+                    'scheduled_at']) AS c
+ WHERE NOT has_column_privilege(%(table)s::regclass, c, 'INSERT')
+
 -- name: requeue_ids
 -- Failed or cancelled jobs back to the queue with their attempts reset. Anything else is
 -- left alone (the caller reports it), and so is a job whose unique key a live job holds.

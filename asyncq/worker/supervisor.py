@@ -265,6 +265,8 @@ class Worker:
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
                 missing = await self.store.missing_worker_privileges(conn, facts.schema)
+                if self.schedules:
+                    missing += await self.store.missing_scheduler_privileges(conn, facts.schema)
                 if missing:
                     user = conn.info.user
                     raise ConfigurationError(

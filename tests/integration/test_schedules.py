@@ -4,6 +4,7 @@ slot, the maintenance gate, and the slot in the job's context."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import asyncq
 from asyncq.worker.maintenance.scheduler import Scheduler
@@ -272,3 +274,38 @@ async def test_list_schedules_shows_slots_and_the_last_job(app: asyncq.App, db: 
     assert daily.last_slot is None and daily.next_slot is not None
     assert daily.next_slot.astimezone(app.schedules["listed-daily"].cron.tz).hour == 0
     assert found["gone"].declared is False and found["gone"].task_name == "old.task"
+
+
+async def test_a_worker_without_the_scheduler_grants_says_which_it_lacks(
+    app: asyncq.App, db: Any, dsn: str
+) -> None:
+    role = f"asyncq_no_schedules_{secrets.token_hex(4)}"
+    db.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        db.execute(f'GRANT SELECT, DELETE ON asyncq_jobs, asyncq_migrations TO "{role}"')
+        db.execute(
+            "GRANT UPDATE (status, attempts, claims, handbacks, run_at, locked_by, locked_at,"
+            f' lease, expires_at, last_error, finished_at) ON asyncq_jobs TO "{role}"'
+        )
+        db.execute(f'GRANT INSERT (task_name, queue, args) ON asyncq_jobs TO "{role}"')
+        db.execute(f'GRANT SELECT ON asyncq_schedules TO "{role}"')
+        params = conninfo_to_dict(dsn)
+        params.pop("password", None)
+        limited = asyncq.App(make_conninfo(**{**params, "user": role}))
+
+        @limited.periodic("@hourly")
+        async def hourly() -> None: ...
+
+        with pytest.raises(asyncq.ConfigurationError) as raised:
+            await limited.run_worker(drain=True, handle_signals=False)
+        lacks = str(raised.value).split("; it lacks ")[1]
+        assert lacks.startswith(
+            'INSERT on "public"."asyncq_schedules", UPDATE on "public"."asyncq_schedules",'
+            ' SELECT on "public"."asyncq_schedule_runs", INSERT on "public"."asyncq_schedule_runs",'
+            ' INSERT (priority) on "public"."asyncq_jobs", INSERT (max_attempts) on'
+            ' "public"."asyncq_jobs", INSERT (schedule) on "public"."asyncq_jobs", INSERT'
+            ' (scheduled_at) on "public"."asyncq_jobs"'
+        )
+    finally:
+        db.execute(f'DROP OWNED BY "{role}"')
+        db.execute(f'DROP ROLE "{role}"')
