@@ -312,6 +312,7 @@ WITH asked AS (
        AND s.last_slot < f.slot AND f.slot <= now()
        AND NOT EXISTS (SELECT 1 FROM asyncq_schedule_runs AS r
                         WHERE r.schedule = s.name AND r.slot = f.slot)
+     ORDER BY s.name  -- rows locked in one order, as declare_schedules writes them
        FOR NO KEY UPDATE OF s
 ), job AS (
     INSERT INTO asyncq_jobs (task_name, queue, args, priority, max_attempts, schedule,
