@@ -1,5 +1,6 @@
-"""Operations that people run (the ``asyncq`` command and the App's methods):
-requeueing failed jobs, listing schedules. Each takes a connection and the App's store."""
+"""Operations on jobs, queues and schedules that people run (the ``asyncq`` command and
+the App's methods): requeue, cancel, pause and resume, list the schedules. Each takes a
+connection and the App's store."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from asyncq.codec import validate_name
 from asyncq.job import Status
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store
@@ -110,3 +112,37 @@ async def schedules(conn: Conn, store: Store, declared: Iterable[Schedule]) -> l
                 declared=True,
             )
     return [found[name] for name in sorted(found)]
+
+
+NOT_FOUND = "not found"
+
+
+def job_ids(ids: Sequence[object]) -> list[int]:
+    """``ids`` as job ids, or a `TypeError`/`ValueError` that names the bad one."""
+    wanted = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"a job id is an int, not {i!r}")
+        if not 0 < i < 2**63:
+            raise ValueError(f"no job has the id {i}")
+        wanted.append(i)
+    return wanted
+
+
+async def cancel(conn: Conn, store: Store, ids: Sequence[int]) -> dict[int, str]:
+    """Cancel jobs: what happened to each, in the order given: ``cancelled`` (it was
+    queued), ``aborting`` (it runs: its worker stops it and writes it cancelled), else
+    why not: its status (``done``, ``failed``, ``cancelled``) or ``not found``."""
+    wanted = list(dict.fromkeys(job_ids(ids)))
+    found = await store.cancel(conn, ids=wanted) if wanted else {}
+    return {i: found.get(i, NOT_FOUND) for i in wanted}
+
+
+async def pause(conn: Conn, store: Store, queue: str) -> bool:
+    """Stop every worker claiming from ``queue``; False if it was paused already."""
+    return await store.pause_queue(conn, queue=validate_name("queue", queue))
+
+
+async def resume(conn: Conn, store: Store, queue: str) -> bool:
+    """Let workers claim from ``queue`` again; False if it was not paused."""
+    return await store.resume_queue(conn, queue=validate_name("queue", queue))

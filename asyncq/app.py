@@ -379,6 +379,28 @@ class App:
         async with self.pool.connection() as conn:
             return await admin.schedules(conn, self.store, self.schedules.values())
 
+    async def cancel(self, *job_ids: int) -> dict[int, str]:
+        """Cancel jobs, on whichever worker and host holds them.
+
+        A queued job is ``cancelled`` at once. A running one is ``aborting``: the worker
+        that runs it cancels its coroutine within a second (its ``finally`` blocks run)
+        and the row ends ``cancelled``, never retried. Any other id maps to why not: its
+        status (``done``, ``failed``, ``cancelled``) or ``not found``.
+        """
+        async with self.pool.connection() as conn:
+            return await admin.cancel(conn, self.store, job_ids)
+
+    async def pause(self, queue: str) -> bool:
+        """Stop every worker claiming from ``queue`` (running jobs finish; defers still
+        write). False if it was paused already."""
+        async with self.pool.connection() as conn:
+            return await admin.pause(conn, self.store, queue)
+
+    async def resume(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again. False if it was not paused."""
+        async with self.pool.connection() as conn:
+            return await admin.resume(conn, self.store, queue)
+
     # -- workers ----------------------------------------------------------------
 
     async def run_worker(

@@ -17,7 +17,7 @@ import anyio
 import psycopg
 
 import asyncq
-from asyncq.admin import ScheduleInfo
+from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
 from asyncq.worker import settings as worker_settings
@@ -118,6 +118,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schedules.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     schedules.add_argument("--json", action="store_true", help="print a JSON array")
+
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel jobs, queued or running",
+        description="Cancel jobs by id: a queued job is cancelled at once; a running one is"
+        " stopped by the worker that runs it, on any host, and ends cancelled. Prints what"
+        " happened to each (cancelled, aborting, or why not); exits 1 if an id is unknown.",
+    )
+    cancel.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    cancel.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids to cancel")
+    cancel.add_argument("--json", action="store_true", help="print one JSON object")
+
+    for name, what in (("pause", "stop"), ("resume", "start")):
+        command = commands.add_parser(
+            name,
+            help=f"{what} claiming from a queue on every worker",
+            description=f"{name.capitalize()} a queue: every worker {what}s claiming its"
+            " jobs within a second. Running jobs finish; defers still write.",
+        )
+        command.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+        command.add_argument("queue", metavar="QUEUE", help="the queue's name")
     return parser
 
 
@@ -209,6 +230,30 @@ def _schedules_table(found: Sequence[ScheduleInfo]) -> str:
     return "\n".join(lines)
 
 
+async def _cancel(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        outcome = await app.cancel(*args.ids)
+    if args.json:
+        print(json.dumps({str(k): v for k, v in outcome.items()}))
+    else:
+        for job_id, what in outcome.items():
+            print(f"job {job_id}: {what}")
+    if NOT_FOUND in outcome.values():
+        raise _Refused()
+
+
+async def _pause(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        changed = await app.pause(args.queue)
+    print(f"queue {args.queue} paused" if changed else f"queue {args.queue} was paused already")
+
+
+async def _resume(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        changed = await app.resume(args.queue)
+    print(f"queue {args.queue} resumed" if changed else f"queue {args.queue} was not paused")
+
+
 class _Refused(Exception):
     """Some jobs were refused: exit 1 after printing why."""
 
@@ -247,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "migrate": _migrate,
         "requeue": _requeue,
         "schedules": _schedules,
+        "cancel": _cancel,
+        "pause": _pause,
+        "resume": _resume,
     }
     try:
         if args.command == "worker":

@@ -13,9 +13,11 @@ reaper once that lease has expired::
       │  handed back       │  ▼
       └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
-A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
+``cancelled``: a cancel ends a queued job there at once; for a running one it marks
+the row, and whatever ends that attempt (its worker stopping it, a failure, a
+hand-back, the reaper) ends the job ``cancelled``, not queued again.
 
-``cancelled`` is reserved for jobs a person cancels before they run.
+A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
 
 Every claim of a row adds one to its ``claims``, which nothing resets: the claim a
 worker holds a job by is the fence of all its writes for that attempt.

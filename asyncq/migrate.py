@@ -3,10 +3,16 @@
 Each migration runs in its own transaction together with its row in
 ``asyncq_migrations``, so a failed migration leaves nothing half done, and
 concurrent ``asyncq migrate`` runs wait for each other instead of racing.
+
+A migration whose first line is ``-- asyncq: no transaction`` runs statement by
+statement outside a transaction instead, for ``CREATE INDEX CONCURRENTLY`` (an index
+built while workers go on writing). Its statements are idempotent (``IF NOT EXISTS``);
+an index left invalid by an interrupted build is dropped before it runs again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass
@@ -19,7 +25,10 @@ from asyncq.errors import SchemaNotMigrated
 
 logger = logging.getLogger(__name__)
 
-_LOCK = "SELECT pg_advisory_lock(hashtext('asyncq.migrate.' || current_schema()))"
+# Taken by polling, not by waiting in pg_advisory_lock: a session waiting there holds a
+# snapshot, which a CREATE INDEX CONCURRENTLY of the lock's holder would wait for.
+_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('asyncq.migrate.' || current_schema()))"
+_LOCK_POLL = 0.05
 _UNLOCK = "SELECT pg_advisory_unlock(hashtext('asyncq.migrate.' || current_schema()))"
 _SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"
 _CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {}"
@@ -34,6 +43,13 @@ _APPLIED = "SELECT version FROM asyncq_migrations"
 _RECORD = "INSERT INTO asyncq_migrations (version, name) VALUES (%s, %s)"
 _HAS_VERSIONS = "SELECT to_regclass(format('%%I.asyncq_migrations', %s::text)) IS NOT NULL"
 _CURRENT = "SELECT coalesce(max(version), 0) FROM {}"
+_INVALID_INDEXES = """
+SELECT format('%I.%I', n.nspname, c.relname)
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE NOT i.indisvalid AND i.indrelid = 'asyncq_jobs'::regclass"""
+NO_TRANSACTION = "-- asyncq: no transaction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,15 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def transactional(self) -> bool:
+        return not self.sql.startswith(NO_TRANSACTION)
+
+    def statements(self) -> list[str]:
+        """The statements of a migration that runs outside a transaction."""
+        lines = [line for line in self.sql.splitlines() if not line.lstrip().startswith("--")]
+        return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
 
 
 def migrations() -> list[Migration]:
@@ -70,7 +95,8 @@ async def apply(conn: AsyncConnection[Any], schema: str | None = None) -> list[i
         if not (found and found[0]):
             await conn.execute(sql.SQL(_CREATE_SCHEMA).format(sql.Identifier(schema)))
         await conn.execute(sql.SQL(_USE_SCHEMA).format(sql.Identifier(schema)))
-    await conn.execute(_LOCK)
+    while not await _try_lock(conn):  # noqa: ASYNC110 - the lock is another session's
+        await asyncio.sleep(_LOCK_POLL)
     try:
         await conn.execute(_VERSION_TABLE)
         applied = {row[0] for row in await (await conn.execute(_APPLIED)).fetchall()}
@@ -78,9 +104,12 @@ async def apply(conn: AsyncConnection[Any], schema: str | None = None) -> list[i
         for migration in migrations():
             if migration.version in applied:
                 continue
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(_RECORD, (migration.version, migration.name))
+            if migration.transactional:
+                async with conn.transaction():
+                    await conn.execute(migration.sql)
+                    await conn.execute(_RECORD, (migration.version, migration.name))
+            else:
+                await _apply_outside_a_transaction(conn, migration)
             logger.info(
                 "applied migration %04d_%s",
                 migration.version,
@@ -91,6 +120,19 @@ async def apply(conn: AsyncConnection[Any], schema: str | None = None) -> list[i
         return done
     finally:
         await conn.execute(_UNLOCK)
+
+
+async def _try_lock(conn: AsyncConnection[Any]) -> bool:
+    row = await (await conn.execute(_TRY_LOCK)).fetchone()
+    return bool(row and row[0])
+
+
+async def _apply_outside_a_transaction(conn: AsyncConnection[Any], migration: Migration) -> None:
+    for (index,) in await (await conn.execute(_INVALID_INDEXES)).fetchall():
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+    for statement in migration.statements():
+        await conn.execute(statement)
+    await conn.execute(_RECORD, (migration.version, migration.name))
 
 
 async def check(conn: AsyncConnection[Any], schema: str) -> None:

@@ -194,10 +194,38 @@ class Store:
         cur = await conn.execute(self.q["release"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
-    async def heartbeat(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
-        """Renew leases; returns the ids whose lease this worker still holds."""
+    async def mark_cancelled(
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job]
+    ) -> dict[int, str]:
+        """End attempts a cancel stopped; returns the new status of each job still owned."""
+        cur = await conn.execute(self.q["mark_cancelled"], _fence(worker, jobs))
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def heartbeat(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> dict[int, bool]:
+        """Renew leases; returns the ids whose lease this worker still holds, each with
+        whether a cancel asked to stop it."""
         cur = await conn.execute(self.q["heartbeat"], _fence(worker, jobs))
-        return {int(r[0]) for r in await cur.fetchall()}
+        return {int(r[0]): bool(r[1]) for r in await cur.fetchall()}
+
+    async def cancel(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
+        """Cancel jobs; returns what happened to each job found (cancelled, aborting, or
+        the status it had)."""
+        cur = await conn.execute(self.q["cancel"], {"ids": list(ids)})
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def pause_queue(self, conn: Conn, *, queue: str) -> bool:
+        """Pause ``queue``; False if it was paused already."""
+        row = await (await conn.execute(self.q["pause_queue"], {"queue": queue})).fetchone()
+        return bool(row and row[0])
+
+    async def resume_queue(self, conn: Conn, *, queue: str) -> bool:
+        """Resume ``queue``; False if it was not paused."""
+        row = await (await conn.execute(self.q["resume_queue"], {"queue": queue})).fetchone()
+        return bool(row and row[0])
+
+    async def paused_queues(self, conn: Conn) -> dict[str, datetime]:
+        cur = await conn.execute(self.q["paused_queues"])
+        return {str(r[0]): r[1] for r in await cur.fetchall()}
 
     async def try_lock(self, conn: Conn, *, name: str, schema: str) -> bool:
         """Take the transaction's advisory lock on ``name`` for ``schema``; False if another
@@ -237,12 +265,13 @@ class Store:
 
     async def missing_worker_privileges(self, conn: Conn, schema: str) -> list[str]:
         """What the connected role lacks to run a worker on ``schema``'s jobs table."""
-        table, migrations = (
+        table, migrations, queues = (
             sql.Identifier(schema, name).as_string(conn)
-            for name in ("asyncq_jobs", "asyncq_migrations")
+            for name in ("asyncq_jobs", "asyncq_migrations", "asyncq_queues")
         )
         cur = await conn.execute(
-            self.q["missing_worker_privileges"], {"table": table, "migrations": migrations}
+            self.q["missing_worker_privileges"],
+            {"table": table, "migrations": migrations, "queues": queues},
         )
         return [str(row[0]) for row in await cur.fetchall()]
 

@@ -67,9 +67,12 @@ def session_dsn(server_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 def dsn(session_dsn: str) -> str:
-    """The session database with an empty jobs table."""
+    """The session database with empty tables: no jobs, no paused queue, no schedule."""
     with psycopg.connect(session_dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE asyncq_jobs RESTART IDENTITY")
+        conn.execute(
+            "TRUNCATE asyncq_jobs, asyncq_queues, asyncq_schedules, asyncq_schedule_runs"
+            " RESTART IDENTITY"
+        )
     return session_dsn
 
 

@@ -48,12 +48,18 @@ SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
 RETURNING id
 
 -- name: claim_any
+-- A paused queue (asyncq_queues.paused_at set) is skipped: its list is read once per claim.
+-- The NOT EXISTS is not redundant: with it the planner keeps the ordered scan of the
+-- ready index that stops at the LIMIT; faced with "<> ALL" of an array it cannot see,
+-- it would sort every ready row first.
 -- The lease runs from when the rows are written (clock_timestamp(), read once), not from
 -- when the statement began (now()): a claim that waited behind a table lock (a CREATE
 -- INDEX, say) still gets a whole lease.
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now()
+       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
+            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -71,6 +77,8 @@ RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, 
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
+            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -94,13 +102,16 @@ RETURNING j.id
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up
--- (or at once when give_up is set).
+-- (or at once when give_up is set), or cancelled when a cancel came while it ran.
 UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
-                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                     WHEN f.give_up OR j.attempts >= j.max_attempts THEN 'failed'
+                     ELSE 'queued' END::asyncq_job_status,
        run_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                       OR j.abort_requested_at IS NOT NULL
                      THEN j.run_at ELSE now() + make_interval(secs => f.retry_in) END,
-       finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts THEN now() END,
+       finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                            OR j.abort_requested_at IS NOT NULL THEN now() END,
        last_error = f.error,
        expires_at = NULL
   FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(retry_in)s::float8[],
@@ -110,12 +121,27 @@ UPDATE asyncq_jobs AS j
 RETURNING j.id, j.status::text
 
 -- name: mark_snoozed
--- The task asked to run again later: back to queued, the attempt not counted.
+-- The task asked to run again later: back to queued, the attempt not counted (cancelled,
+-- when a cancel came while it ran).
 UPDATE asyncq_jobs AS j
-   SET status = 'queued', attempts = j.attempts - 1,
-       run_at = now() + make_interval(secs => f.after), expires_at = NULL
+   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                     ELSE 'queued' END::asyncq_job_status,
+       attempts = j.attempts - 1,
+       run_at = now() + make_interval(secs => f.after), expires_at = NULL,
+       finished_at = CASE WHEN j.abort_requested_at IS NOT NULL THEN now() END
   FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(after)s::float8[])
        AS f(id, claim, after)
+ WHERE j.id = f.id AND j.claims = f.claim
+   AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id, j.status::text
+
+-- name: mark_cancelled
+-- Attempts stopped by a cancel: the job ends cancelled, and is not retried.
+UPDATE asyncq_jobs AS j
+   SET status = 'cancelled', finished_at = now(), expires_at = NULL,
+       last_error = format('Cancelled: attempt %%s of %%s was aborted by a cancel',
+                           j.attempts, j.max_attempts)
+  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
  WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id, j.status::text
@@ -123,15 +149,17 @@ RETURNING j.id, j.status::text
 -- name: release
 -- Hand unfinished jobs back at shutdown. The first hand-backs of a job do not count its
 -- attempt; after %(free)s of them each one does (a job longer than the grace period,
--- stopped by every deploy, must not loop forever), and the last fails the job.
+-- stopped by every deploy, must not loop forever), and the last fails the job. A job a
+-- cancel asked to stop is cancelled instead.
 UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
+   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                     WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
                      THEN 'failed' ELSE 'queued' END::asyncq_job_status,
        attempts = CASE WHEN j.handbacks >= %(free)s THEN j.attempts ELSE j.attempts - 1 END,
        handbacks = j.handbacks + 1,
        run_at = now(), locked_at = NULL, expires_at = NULL,
-       finished_at = CASE WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
-                          THEN now() END,
+       finished_at = CASE WHEN (j.handbacks >= %(free)s AND j.attempts >= j.max_attempts)
+                            OR j.abort_requested_at IS NOT NULL THEN now() END,
        last_error = CASE WHEN j.handbacks >= %(free)s
                          THEN format('HandedBack: attempt %%s of %%s was stopped by a worker''s'
                                      || ' shutdown before it ended; after %%s hand-backs that'
@@ -150,19 +178,22 @@ UPDATE asyncq_jobs AS j
   FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim), clock
  WHERE j.id = f.id AND j.claims = f.claim
    AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id
+RETURNING j.id, j.abort_requested_at IS NOT NULL
 
 -- name: try_lock
 -- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
 SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || %(schema)s::text))
 
 -- name: reap_expired
--- Jobs whose worker stopped renewing the lease: the attempt counts.
+-- Jobs whose worker stopped renewing the lease: the attempt counts. A job a cancel asked
+-- to stop is cancelled.
 UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.attempts >= j.max_attempts
-                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                     WHEN j.attempts >= j.max_attempts THEN 'failed'
+                     ELSE 'queued' END::asyncq_job_status,
        run_at = now(),
-       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts
+                            OR j.abort_requested_at IS NOT NULL THEN now() END,
        last_error = format('LeaseExpired: worker %%s stopped renewing its lease during attempt %%s of %%s',
                            j.locked_by, j.attempts, j.max_attempts),
        expires_at = NULL
@@ -203,7 +234,7 @@ SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint
 
 -- name: missing_worker_privileges
 -- What the connected role lacks to run a worker: read every column, write the state
--- columns, delete done rows, read the schema version.
+-- columns, delete done rows, read the schema version and the paused queues.
 SELECT 'SELECT (' || a.attname || ')'
   FROM pg_attribute a
  WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -211,7 +242,8 @@ SELECT 'SELECT (' || a.attname || ')'
 UNION ALL
 SELECT 'UPDATE (' || c || ')'
   FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
-                    'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at']) AS c
+                    'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at',
+                    'abort_requested_at']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
@@ -219,6 +251,10 @@ UNION ALL
 SELECT 'SELECT on the migrations table'
  WHERE to_regclass(%(migrations)s) IS NOT NULL
    AND NOT has_table_privilege(to_regclass(%(migrations)s), 'SELECT')
+UNION ALL
+SELECT 'SELECT on the queue settings table'
+ WHERE to_regclass(%(queues)s) IS NOT NULL
+   AND NOT has_table_privilege(to_regclass(%(queues)s), 'SELECT')
 
 -- name: missing_scheduler_privileges
 -- What the connected role lacks to run the scheduler: declare the schedules, and fire
@@ -239,7 +275,7 @@ SELECT 'INSERT (' || c || ') on ' || %(table)s
 -- Of several jobs sharing a unique key, only the newest comes back: one live job per key.
 UPDATE asyncq_jobs AS j
    SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
-       locked_by = NULL, locked_at = NULL, expires_at = NULL
+       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
    AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
                     WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
@@ -252,7 +288,7 @@ RETURNING j.id
 -- name: requeue_failed
 UPDATE asyncq_jobs AS j
    SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
-       locked_by = NULL, locked_at = NULL, expires_at = NULL
+       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL
  WHERE j.status = 'failed'
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
    AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
@@ -348,3 +384,58 @@ SELECT s.name, s.task_name, s.cron, s.tz, s.queue, s.last_slot, s.last_job_id,
   FROM asyncq_schedules AS s
   LEFT JOIN asyncq_jobs AS j ON j.id = s.last_job_id
  ORDER BY s.name
+
+-- name: cancel
+-- Cancel jobs by id. A queued job becomes cancelled at once. A running one is marked
+-- (abort_requested_at) and its worker told on the wake-up channel: the record separator
+-- (chr(30)), the job's id, ':' and the claim it is held by. The worker stops that attempt
+-- and writes it cancelled; whatever ends the attempt first (the task itself, a failure, the
+-- reaper) sees the mark and ends the job cancelled too, never queued again.
+-- Returns each job found with what happened: cancelled, aborting, or its status as it was.
+WITH target AS MATERIALIZED (
+    SELECT id, status FROM asyncq_jobs
+     WHERE id = ANY(%(ids)s::bigint[])
+     ORDER BY id
+       FOR NO KEY UPDATE
+), cancelled AS (
+    UPDATE asyncq_jobs AS j
+       SET status = 'cancelled', finished_at = now()
+      FROM target AS t
+     WHERE j.id = t.id AND t.status = 'queued'
+    RETURNING j.id
+), aborting AS (
+    UPDATE asyncq_jobs AS j
+       SET abort_requested_at = coalesce(j.abort_requested_at, now())
+      FROM target AS t
+     WHERE j.id = t.id AND t.status = 'running'
+    RETURNING j.id, j.claims
+), told AS (
+    SELECT count(pg_notify(asyncq_channel(), chr(30) || id || ':' || claims)) FROM aborting
+)
+SELECT t.id, CASE WHEN c.id IS NOT NULL THEN 'cancelled'
+                  WHEN a.id IS NOT NULL THEN 'aborting'
+                  ELSE t.status::text END
+  FROM target AS t
+  LEFT JOIN cancelled AS c ON c.id = t.id
+  LEFT JOIN aborting AS a ON a.id = t.id
+ CROSS JOIN told
+
+-- name: pause_queue
+-- Returns whether the queue was running until now.
+INSERT INTO asyncq_queues AS q (name, paused_at) VALUES (%(queue)s, now())
+ON CONFLICT (name) DO UPDATE
+   SET paused_at = coalesce(q.paused_at, now()), updated_at = now()
+RETURNING q.paused_at = now()
+
+-- name: resume_queue
+-- Returns whether the queue was paused; wakes the workers of a queue that was.
+WITH resumed AS (
+    UPDATE asyncq_queues
+       SET paused_at = NULL, updated_at = now()
+     WHERE name = %(queue)s AND paused_at IS NOT NULL
+    RETURNING name
+)
+SELECT count(pg_notify(asyncq_channel(), name)) > 0 FROM resumed
+
+-- name: paused_queues
+SELECT name, paused_at FROM asyncq_queues WHERE paused_at IS NOT NULL ORDER BY name

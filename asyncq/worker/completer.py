@@ -128,6 +128,8 @@ class Completer:
         if kind is Kind.SNOOZE:
             after = [o.delay for o in outcomes]
             return await store.mark_snoozed(conn, worker=worker, jobs=jobs, after=after)
+        if kind is Kind.CANCEL:
+            return await store.mark_cancelled(conn, worker=worker, jobs=jobs)
         if kind is Kind.RELEASE:
             return await store.release(
                 conn, worker=worker, jobs=jobs, free_handbacks=FREE_HANDBACKS

@@ -4,10 +4,10 @@ A claimed job becomes an `Attempt`, held (its lease renewed by the heartbeat) un
 its outcome is written. A fixed set of runner tasks takes attempts from a queue, one
 at a time each: cheaper than a task per job.
 
-The worker stops an attempt itself for three reasons (`Stop`): its lease is lost, its
-task's timeout runs out, or the grace period of a shutdown is over. It does so by
-cancelling the runner while that runner runs exactly that attempt, counts the
-cancellation, and takes it back (``Task.uncancel``) when the attempt ends: a stop meant
+The worker stops an attempt itself for four reasons (`Stop`): its lease is lost, its
+task's timeout runs out, a cancel asks for it, or the grace period of a shutdown is over.
+It does so by cancelling the runner while that runner runs exactly that attempt, counts
+the cancellation, and takes it back (``Task.uncancel``) when the attempt ends: a stop meant
 for one attempt cannot reach the next one its runner takes. A ``CancelledError`` the
 worker did not send is the task's own, and fails that attempt like any error.
 
@@ -106,6 +106,13 @@ class Dispatcher:
         if attempt.state is State.RUNNING and runner is not None and not attempt.cancels:
             attempt.cancels += 1
             runner.cancel(f"asyncq: {why.value}")
+
+    def abort(self, job_id: int, claim: int | None = None) -> None:
+        """A cancel asked to stop ``job_id`` (held by ``claim``, when the message says)."""
+        attempt = self.held.get(job_id)
+        if attempt is not None and (claim is None or attempt.job.claim == claim):
+            self.observer.aborting(attempt.job)
+            self.stop_attempt(attempt, Stop.ABORT)
 
     def lose(self, attempt: Attempt, why: str) -> None:
         """The one path for a lost lease: write nothing more for this claim, stop its

@@ -1,7 +1,8 @@
 """The heartbeat: renews the lease of every attempt this worker holds, well inside the
 lease (every quarter of it), on the worker's own pool, so that jobs holding the App's
 connections cannot starve it. An attempt whose lease is gone (reaped, or claimed again
-elsewhere) is lost: the dispatcher stops it, since its outcome could not be written."""
+elsewhere) is lost: the dispatcher stops it, since its outcome could not be written. An
+attempt a cancel asked to stop is stopped here, if its notification did not come."""
 
 from __future__ import annotations
 
@@ -51,5 +52,10 @@ class Heartbeat:
             )
         self.beats += 1
         for attempt in attempts:
-            if attempt.job.id not in kept and self.dispatcher.held.get(attempt.job.id) is attempt:
-                self.dispatcher.lose(attempt, "reaped or claimed elsewhere")
+            aborted = kept.get(attempt.job.id)
+            if aborted is None:
+                if self.dispatcher.held.get(attempt.job.id) is attempt:
+                    self.dispatcher.lose(attempt, "reaped or claimed elsewhere")
+            elif aborted and attempt.stop is None:
+                # The cancel's notification was lost (or came while the listener was away).
+                self.dispatcher.abort(attempt.job.id, attempt.job.claim)

@@ -2,7 +2,8 @@
 loops.
 
 A notification of jobs ready now wakes a claim loop at once; one of jobs that come due
-later (a delayed job, a retry) sets a timer for then (`DueTimes`). The connection checks
+later (a delayed job, a retry) sets a timer for then (`DueTimes`); one of a cancel stops
+the attempt it names, if this worker runs it. The connection checks
 its own health with a round trip on a timer (a dead socket can stay silent), reconnects
 with backoff, and after every (re)connect wakes a claim loop and asks the database when
 the next job comes due, for what it may have missed while it was not listening.
@@ -26,6 +27,7 @@ from asyncq.worker.services import Tries
 from asyncq.worker.wakeup import DueTimes, Wakeup
 
 DUE = "\x1f"  # between the queue and the milliseconds in a notification of a job due later
+ABORT = "\x1e"  # starts a cancel's notification: ABORT, the job's id, ':', its claim
 
 
 class Listener:
@@ -40,6 +42,7 @@ class Listener:
         queues: Collection[str] | None,
         wakeup: Wakeup,
         due: DueTimes,
+        abort: Callable[[int, int], None],
         health_interval: float,
         health_timeout: float,
         observer: Observer,
@@ -50,6 +53,7 @@ class Listener:
         self.queues = frozenset(queues) if queues else None
         self.wakeup = wakeup
         self.due = due
+        self.abort = abort
         self.health_interval = health_interval
         self.health_timeout = health_timeout
         self.observer = observer
@@ -97,6 +101,11 @@ class Listener:
         queues, wakeup, due = self.queues, self.wakeup, self.due
         while True:
             async for notify in conn.notifies(timeout=self.health_interval):
+                if notify.payload.startswith(ABORT):
+                    job_id, _, claim = notify.payload[1:].partition(":")
+                    if job_id.isdigit() and claim.isdigit():
+                        self.abort(int(job_id), int(claim))
+                    continue
                 queue, later, ms = notify.payload.partition(DUE)
                 if queues is not None and queue not in queues:
                     continue

@@ -30,6 +30,7 @@ class WorkerStats:
     failed_attempts: int
     released: int
     snoozed: int = 0
+    cancelled: int = 0
     lost: int = 0
     left_running: int = 0
 
@@ -57,6 +58,9 @@ class Observer:
 
     def lease_lost(self, job: Job, why: str) -> None:
         """This worker's claim of ``job`` is gone: it writes nothing more for it."""
+
+    def aborting(self, job: Job) -> None:
+        """A cancel asked this worker to stop the attempt of ``job`` it runs."""
 
     def unrecorded(self, outcome: Outcome, error: BaseException) -> None:
         """The database refused ``outcome`` for good; the job's lease will bring it back."""
@@ -107,6 +111,10 @@ class Observers(Observer):
     def lease_lost(self, job: Job, why: str) -> None:
         for o in self.observers:
             o.lease_lost(job, why)
+
+    def aborting(self, job: Job) -> None:
+        for o in self.observers:
+            o.aborting(job)
 
     def unrecorded(self, outcome: Outcome, error: BaseException) -> None:
         for o in self.observers:
@@ -171,6 +179,7 @@ class Counts(Observer):
             failed_attempts=kinds[Kind.RETRY] + kinds[Kind.FAIL],
             released=kinds[Kind.RELEASE],
             snoozed=kinds[Kind.SNOOZE],
+            cancelled=kinds[Kind.CANCEL],
             lost=self.lost,
             left_running=left_running,
         )
@@ -222,6 +231,14 @@ class LogObserver(Observer):
                 _first_line(outcome.error),
                 extra={"action": "job_failed", "job_id": job.id},
             )
+        elif status == "cancelled":
+            logger.info(
+                "job %d (%s) cancelled during attempt %d",
+                job.id,
+                job.task_name,
+                job.attempt,
+                extra={"action": "job_cancelled", "job_id": job.id},
+            )
         elif kind is Kind.SNOOZE:
             logger.info(
                 "job %d (%s) snoozed for %.1fs",
@@ -246,6 +263,15 @@ class LogObserver(Observer):
             job.attempt,
             why,
             extra={"action": "lease_lost", "job_id": job.id},
+        )
+
+    def aborting(self, job: Job) -> None:
+        logger.info(
+            "job %d (%s): stopping attempt %d, a cancel asked for it",
+            job.id,
+            job.task_name,
+            job.attempt,
+            extra={"action": "job_aborting", "job_id": job.id},
         )
 
     def unrecorded(self, outcome: Outcome, error: BaseException) -> None:

@@ -29,6 +29,7 @@ class Kind(enum.Enum):
     FAIL = "fail"  # failed for good
     SNOOZE = "snooze"  # queued again after ``delay``; the attempt does not count
     RELEASE = "release"  # handed back at shutdown
+    CANCEL = "cancel"  # stopped by a cancel: the row is cancelled, never retried
 
 
 class Outcome(NamedTuple):
@@ -45,6 +46,7 @@ class Stop(enum.Enum):
     LEASE_LOST = "lease lost"  # another claim owns the row now: write nothing
     TIMEOUT = "timeout"  # the task's timeout ran out: a failed attempt
     SHUTDOWN = "shutdown"  # the grace period is over: hand the job back
+    ABORT = "abort"  # a cancel asked for it (app.cancel, from any process)
 
 
 class Policy(Protocol):
@@ -78,6 +80,8 @@ def decide(
         return None
     if error is None:
         return Outcome(job, Kind.DONE, result=result)
+    if stop is Stop.ABORT:
+        return Outcome(job, Kind.CANCEL)
     if stop is Stop.SHUTDOWN:
         return Outcome(job, Kind.RELEASE)
     if stop is Stop.TIMEOUT:

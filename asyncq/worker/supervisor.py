@@ -165,6 +165,7 @@ class Worker:
                 queues=settings.queues,
                 wakeup=wakeup,
                 due=DueTimes(wakeup),
+                abort=dispatcher.abort,
                 health_interval=settings.listener_health_interval,
                 health_timeout=settings.listener_health_timeout,
                 observer=observer,

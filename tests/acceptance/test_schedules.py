@@ -8,20 +8,11 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-import pytest
-
 from tests.harness.periodic_app import SCHEDULES
 from tests.harness.processes import Workers, wait_until
 
 APP = "tests.harness.periodic_app:app"
 WORKERS = 3
-
-
-@pytest.fixture(autouse=True)
-def no_schedules(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE asyncq_schedules, asyncq_schedule_runs")
 
 
 def minute(at: datetime) -> datetime:
