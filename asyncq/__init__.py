@@ -1,6 +1,6 @@
 """asyncq: an asyncio task queue on the PostgreSQL you already run."""
 
-from asyncq.admin import RequeueResult
+from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.app import App
 from asyncq.control import Discard, JobControl, Retry, Snooze
 from asyncq.errors import (
@@ -19,6 +19,7 @@ from asyncq.errors import (
 )
 from asyncq.job import JobContext, Status, current_job
 from asyncq.retry import Backoff
+from asyncq.schedule import Cron, Schedule
 from asyncq.task import Deferrer, Task
 from asyncq.worker.executor import Middleware
 from asyncq.worker.observer import WorkerStats
@@ -32,6 +33,7 @@ __all__ = [
     "AsyncqError",
     "Backoff",
     "ConfigurationError",
+    "Cron",
     "DatabaseUnavailable",
     "Deferrer",
     "Discard",
@@ -43,6 +45,8 @@ __all__ = [
     "PayloadTooLarge",
     "RequeueResult",
     "Retry",
+    "Schedule",
+    "ScheduleInfo",
     "SchemaNotMigrated",
     "Snooze",
     "Status",

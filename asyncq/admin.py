@@ -1,12 +1,12 @@
-"""What people do with jobs and queues (the ``asyncq`` command, the App's methods, the
-dashboard): look at jobs, queues and the table's health; requeue, cancel, pause,
-resume and prune. Each takes a connection and the App's store."""
+"""What people do with jobs, queues and schedules (the ``asyncq`` command, the App's
+methods, the dashboard): look at jobs, queues, schedules and the table's health;
+requeue, cancel, pause, resume and prune. Each takes a connection and the App's store."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -14,6 +14,7 @@ from typing import Any
 
 from asyncq.codec import validate_name
 from asyncq.job import Status
+from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store
 
 
@@ -56,6 +57,65 @@ async def requeue(
     others = [i for i in wanted if i not in set(requeued)]
     statuses = await store.job_statuses(conn, ids=others) if others else {}
     return RequeueResult(requeued=requeued, refused={i: refusal(statuses.get(i)) for i in others})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleInfo:
+    """A schedule as `App.list_schedules` shows it. ``declared``: this App declares it
+    (a schedule only in the table was declared by another App or an older version);
+    ``last_slot`` is None until a worker has declared it; ``next_slot`` comes from the
+    table's cron (the App's before any worker declared it)."""
+
+    name: str
+    task_name: str
+    cron: str
+    tz: str
+    queue: str | None
+    next_slot: datetime | None
+    last_slot: datetime | None
+    last_job_id: int | None
+    last_job_status: str | None
+    declared: bool
+
+
+async def schedules(conn: Conn, store: Store, declared: Iterable[Schedule]) -> list[ScheduleInfo]:
+    """Every schedule the App declares or the table holds, by name."""
+    ours = {s.name: s for s in declared}
+    rows = await store.list_schedules(conn)
+    now = rows[0].now if rows else await store.database_clock(conn)
+    found: dict[str, ScheduleInfo] = {}
+    for row in rows:
+        try:
+            next_slot: datetime | None = Cron(row.cron, row.tz).next_after(max(now, row.last_slot))
+        except (TypeError, ValueError):
+            next_slot = None
+        found[row.name] = ScheduleInfo(
+            name=row.name,
+            task_name=row.task_name,
+            cron=row.cron,
+            tz=row.tz,
+            queue=row.queue,
+            next_slot=next_slot,
+            last_slot=row.last_slot,
+            last_job_id=row.last_job_id,
+            last_job_status=row.last_job_status,
+            declared=row.name in ours,
+        )
+    for name, schedule in ours.items():
+        if name not in found:
+            found[name] = ScheduleInfo(
+                name=name,
+                task_name=schedule.task_name,
+                cron=schedule.cron.expression,
+                tz=schedule.tz,
+                queue=schedule.queue,
+                next_slot=schedule.cron.next_after(now),
+                last_slot=None,
+                last_job_id=None,
+                last_job_status=None,
+                declared=True,
+            )
+    return [found[name] for name in sorted(found)]
 
 
 NOT_FOUND = "not found"

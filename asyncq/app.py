@@ -7,7 +7,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
@@ -18,11 +18,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import admin, embedded, migrate
-from asyncq.admin import RequeueResult
+from asyncq import admin, codec, embedded, migrate
+from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.pools import reconnect_options
 from asyncq.retry import Backoff
+from asyncq.schedule import Cron, Schedule
 from asyncq.store import Store
 from asyncq.task import Task
 from asyncq.worker import settings as worker_settings
@@ -114,6 +115,7 @@ class App:
         self.store = Store(schema)
         self.writer = Writer(self.store, max_args_bytes=max_args_bytes)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}
         self._middleware: list[Middleware] = []
         self._dsn: str | None = None
         self._pool: AsyncConnectionPool | None = None
@@ -176,6 +178,69 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        tz: str = "UTC",
+    ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
+        """Register an ``async def`` as a task (as `task` does, in ``queue``) and schedule
+        it: every slot of ``cron`` in ``tz`` makes one job with ``kwargs``. ``name`` names
+        the task and its schedule (default: the task name)."""
+        Cron(cron, tz)  # a bad expression is refused before the task is registered
+
+        def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
+            task = self.task(name=name, queue=queue or "default")(function)
+            try:
+                self.schedule(task, cron=cron, kwargs=kwargs, tz=tz)
+            except BaseException:
+                del self.tasks[task.name]
+                raise
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        task: Task[Any, Any],
+        *,
+        cron: str,
+        name: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        tz: str = "UTC",
+    ) -> Schedule:
+        """Schedule a task of this App: every slot of ``cron`` (five fields, or ``@hourly``,
+        ``@daily``, ``@weekly``, ``@monthly``, ``@yearly``) in the time zone ``tz`` makes
+        one job with ``kwargs``, however many workers run. The schedule's ``name`` (its
+        identity in the database) defaults to the task's name: a task's second schedule
+        needs a name of its own.
+
+        Raises `ValueError` for a bad expression, time zone or name (a duplicate too),
+        `TypeError` for ``kwargs`` that are not JSON or do not fit the function."""
+        if not isinstance(task, Task) or self.tasks.get(task.name) is not task:
+            raise ValueError(f"{task!r} is not a task registered on this App")
+        parsed = Cron(cron, tz)
+        schedule_name = codec.validate_name("schedule", task.name if name is None else name)
+        if schedule_name in self.schedules:
+            hint = " (give this schedule a name=)" if name is None else ""
+            raise ValueError(f"a schedule named {schedule_name!r} is already declared{hint}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping of keyword arguments, not {kwargs!r}")
+        schedule = Schedule(
+            name=schedule_name,
+            cron=parsed,
+            task_name=task.name,
+            queue=task.queue,
+            args=task.encode((), dict(kwargs or {})),
+            priority=task.defaults.priority,
+            max_attempts=task.max_attempts,
+        )
+        self.schedules[schedule_name] = schedule
+        return schedule
 
     def middleware(self, fn: Middleware) -> Middleware:
         """Register ``async def fn(job, call_next)`` to run around every attempt of this
@@ -308,6 +373,12 @@ class App:
         async with self.pool.connection() as conn:
             return await admin.requeue(conn, self.store, ids, queues=queues, tasks=tasks)
 
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule this App declares or the database holds: its cron, time zone,
+        task, next and last slot, and the last job it made."""
+        async with self.pool.connection() as conn:
+            return await admin.schedules(conn, self.store, self.schedules.values())
+
     async def cancel(self, *job_ids: int) -> dict[int, str]:
         """Cancel jobs, on whichever worker and host holds them.
 
@@ -367,6 +438,7 @@ class App:
                 settings=settings,
                 middleware=self._middleware,
                 observers=observers,
+                schedules=list(self.schedules.values()),
             )
             return await worker.run()
         finally:

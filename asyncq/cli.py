@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -19,7 +19,7 @@ import psycopg
 
 import asyncq
 from asyncq import admin, display
-from asyncq.admin import NOT_FOUND
+from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
 from asyncq.logs import JsonFormatter
@@ -117,6 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="requeue the failed jobs of this task name (repeatable)",
     )
     requeue.add_argument("--all-failed", action="store_true", help="requeue every failed job")
+
+    schedules = commands.add_parser(
+        "schedules",
+        help="list the schedules",
+        description="List the schedules the App declares and the database holds: cron, time"
+        " zone, task, next and last slot, and the last job with its status. A schedule"
+        " marked * is in the database but not declared by this App.",
+    )
+    schedules.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    schedules.add_argument("--json", action="store_true", help="print a JSON array")
 
     cancel = commands.add_parser(
         "cancel",
@@ -252,6 +262,54 @@ async def _requeue(app: App, args: argparse.Namespace) -> None:
         print(f"job {job_id} not requeued: {reason}", file=sys.stderr)
     if result.refused:
         raise _Refused()
+
+
+async def _schedules(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        found = await app.list_schedules()
+    if args.json:
+        print(json.dumps([_schedule_json(info) for info in found], indent=2))
+        return
+    print(_schedules_table(found))
+
+
+def _schedule_json(info: ScheduleInfo) -> dict[str, Any]:
+    return {
+        name: value.isoformat() if isinstance(value, datetime) else value
+        for name, value in dataclasses.asdict(info).items()
+    }
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _schedules_table(found: Sequence[ScheduleInfo]) -> str:
+    if not found:
+        return "no schedules"
+    header = ("NAME", "CRON", "TZ", "TASK", "NEXT SLOT", "LAST SLOT", "LAST JOB")
+    rows = [
+        (
+            info.name + ("" if info.declared else " *"),
+            info.cron,
+            info.tz,
+            info.task_name,
+            _when(info.next_slot),
+            _when(info.last_slot),
+            "-"
+            if info.last_job_id is None
+            else f"{info.last_job_id} {info.last_job_status or 'pruned'}",
+        )
+        for info in found
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+    if not all(info.declared for info in found):
+        lines.append("* in the database, but not declared by this App")
+    return "\n".join(lines)
 
 
 async def _cancel(app: App, args: argparse.Namespace) -> None:
@@ -473,6 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": _worker,
         "migrate": _migrate,
         "requeue": _requeue,
+        "schedules": _schedules,
         "cancel": _cancel,
         "pause": _pause,
         "resume": _resume,

@@ -17,6 +17,8 @@ reaper once that lease has expired::
 the row, and whatever ends that attempt (its worker stopping it, a failure, a
 hand-back, the reaper) ends the job ``cancelled``, not queued again.
 
+A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
+
 Every claim of a row adds one to its ``claims``, which nothing resets: the claim a
 worker holds a job by is the fence of all its writes for that attempt.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 from typing import NamedTuple
 
 from asyncq.errors import NotInJob
@@ -51,6 +54,7 @@ class Job(NamedTuple):
     attempt: int
     max_attempts: int
     claim: int
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +67,8 @@ class JobContext:
     attempt: int
     max_attempts: int
     worker: str
+    scheduled_at: datetime | None = None
+    """The slot of the schedule that made this job (None for a job deferred otherwise)."""
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("asyncq_current_job")

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection, errors, sql
 
 from asyncq.job import Job
+from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
 
@@ -31,6 +32,27 @@ class NewJob(NamedTuple):
     run_at: datetime | None
     delay: float
     max_attempts: int
+
+
+class FireResult(NamedTuple):
+    """A schedule's slot after a fire: the job made now (None: none), and whether the slot
+    is settled (fired, now or before, or not this worker's to fire)."""
+
+    schedule: str
+    job_id: int | None
+    settled: bool
+
+
+class ScheduleRow(NamedTuple):
+    name: str
+    task_name: str
+    cron: str
+    tz: str
+    queue: str | None
+    last_slot: datetime
+    last_job_id: int | None
+    last_job_status: str | None
+    now: datetime
 
 
 class WorkerFacts(NamedTuple):
@@ -253,6 +275,18 @@ class Store:
         )
         return [str(row[0]) for row in await cur.fetchall()]
 
+    async def missing_scheduler_privileges(self, conn: Conn, schema: str) -> list[str]:
+        """What the connected role lacks to fire schedules on ``schema``'s tables."""
+        table, schedules, runs = (
+            sql.Identifier(schema, name).as_string(conn)
+            for name in ("asyncq_jobs", "asyncq_schedules", "asyncq_schedule_runs")
+        )
+        cur = await conn.execute(
+            self.q["missing_scheduler_privileges"],
+            {"table": table, "schedules": schedules, "runs": runs},
+        )
+        return [str(row[0]) for row in await cur.fetchall()]
+
     async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
         return await self._requeue(conn, self.q["requeue_ids"], {"ids": list(ids)})
 
@@ -332,3 +366,56 @@ class Store:
 
     async def throughput(self, conn: Conn, *, minutes: int) -> list[tuple[Any, ...]]:
         return await (await conn.execute(self.q["throughput"], {"minutes": minutes})).fetchall()
+
+    async def database_clock(self, conn: Conn) -> datetime:
+        row = await (await conn.execute(self.q["database_clock"])).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    async def declare_schedules(
+        self, conn: Conn, *, schedules: Sequence[Schedule], now: datetime
+    ) -> dict[str, datetime]:
+        """Write the schedules as declared (a new one starts after its latest slot at
+        ``now``); returns the last slot of each, as the table holds it."""
+        ordered = sorted(schedules, key=lambda s: s.name)  # rows locked in one order
+        names = [s.name for s in ordered]
+        await conn.execute(
+            self.q["declare_schedules"],
+            {
+                "names": names,
+                "task_names": [s.task_name for s in ordered],
+                "crons": [s.cron.expression for s in ordered],
+                "tzs": [s.tz for s in ordered],
+                "kwargs": [s.args for s in ordered],
+                "queues": [s.queue for s in ordered],
+                "last_slots": [s.cron.latest(now) for s in ordered],
+            },
+        )
+        cur = await conn.execute(self.q["schedule_slots"], {"names": names})
+        return {str(r[0]): r[1] for r in await cur.fetchall()}
+
+    async def fire_schedules(
+        self, conn: Conn, *, due: Sequence[tuple[Schedule, datetime]]
+    ) -> list[FireResult]:
+        """Fire each schedule's slot unless it is fired already (or not due by the
+        database's clock, or declared otherwise in the table)."""
+        ordered = sorted(due, key=lambda d: d[0].name)
+        cur = await conn.execute(
+            self.q["fire_schedules"],
+            {
+                "names": [s.name for s, _ in ordered],
+                "slots": [slot for _, slot in ordered],
+                "crons": [s.cron.expression for s, _ in ordered],
+                "tzs": [s.tz for s, _ in ordered],
+                "priorities": [s.priority for s, _ in ordered],
+                "max_attempts": [s.max_attempts for s, _ in ordered],
+            },
+        )
+        return [
+            FireResult(str(r[0]), None if r[1] is None else int(r[1]), bool(r[2]))
+            for r in await cur.fetchall()
+        ]
+
+    async def list_schedules(self, conn: Conn) -> list[ScheduleRow]:
+        cur = await conn.execute(self.q["list_schedules"])
+        return [ScheduleRow._make(row) for row in await cur.fetchall()]

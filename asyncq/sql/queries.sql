@@ -70,7 +70,8 @@ UPDATE asyncq_jobs AS j
        expires_at = clock.now + %(lease)s
   FROM next, clock
  WHERE j.id = next.id
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
+RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
+          j.scheduled_at
 
 -- name: claim_queues
 WITH next AS MATERIALIZED (
@@ -88,7 +89,8 @@ UPDATE asyncq_jobs AS j
        expires_at = clock.now + %(lease)s
   FROM next, clock
  WHERE j.id = next.id
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
+RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
+          j.scheduled_at
 
 -- name: mark_done
 UPDATE asyncq_jobs AS j
@@ -254,6 +256,19 @@ SELECT 'SELECT on the queue settings table'
  WHERE to_regclass(%(queues)s) IS NOT NULL
    AND NOT has_table_privilege(to_regclass(%(queues)s), 'SELECT')
 
+-- name: missing_scheduler_privileges
+-- What the connected role lacks to run the scheduler: declare the schedules, and fire
+-- their slots (a job with its schedule and slot, the fired slot, the schedule's last slot).
+SELECT need.privilege || ' on ' || need.relation
+  FROM (VALUES (%(schedules)s, 'SELECT'), (%(schedules)s, 'INSERT'), (%(schedules)s, 'UPDATE'),
+               (%(runs)s, 'SELECT'), (%(runs)s, 'INSERT')) AS need(relation, privilege)
+ WHERE NOT has_table_privilege(need.relation::regclass, need.privilege)
+UNION ALL
+SELECT 'INSERT (' || c || ') on ' || %(table)s
+  FROM unnest(ARRAY['task_name', 'queue', 'args', 'priority', 'max_attempts', 'schedule',
+                    'scheduled_at']) AS c
+ WHERE NOT has_column_privilege(%(table)s::regclass, c, 'INSERT')
+
 -- name: requeue_ids
 -- Failed or cancelled jobs back to the queue with their attempts reset. Anything else is
 -- left alone (the caller reports it), and so is a job whose unique key a live job holds.
@@ -288,6 +303,87 @@ RETURNING j.id
 
 -- name: job_statuses
 SELECT id, status::text FROM asyncq_jobs WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: database_clock
+SELECT clock_timestamp()
+
+-- name: declare_schedules
+-- A worker's App declares its schedules as it starts: what they run changes, their last
+-- slot stays (a new schedule's is its latest slot before now: it starts at its next one).
+INSERT INTO asyncq_schedules AS s (name, task_name, cron, tz, kwargs, queue, last_slot)
+SELECT d.name, d.task_name, d.cron, d.tz, d.kwargs::jsonb, d.queue, d.last_slot
+  FROM unnest(%(names)s::text[], %(task_names)s::text[], %(crons)s::text[], %(tzs)s::text[],
+              %(kwargs)s::text[], %(queues)s::text[], %(last_slots)s::timestamptz[])
+       AS d(name, task_name, cron, tz, kwargs, queue, last_slot)
+ON CONFLICT (name) DO UPDATE
+   SET task_name = excluded.task_name, cron = excluded.cron, tz = excluded.tz,
+       kwargs = excluded.kwargs, queue = excluded.queue, updated_at = now()
+ WHERE (s.task_name, s.cron, s.tz, s.kwargs, s.queue)
+       IS DISTINCT FROM (excluded.task_name, excluded.cron, excluded.tz, excluded.kwargs,
+                         excluded.queue)
+
+-- name: schedule_slots
+SELECT name, last_slot FROM asyncq_schedules WHERE name = ANY(%(names)s::text[])
+
+-- name: fire_schedules
+-- The due slots of many schedules, each fired at most once, whatever the number of
+-- workers: a schedule's row is locked, and its slot fires only if it is later than the
+-- row's last_slot and not later than now(), with the cron the worker computed it by
+-- (workers of another version may declare the schedule otherwise). The fired-slot row's
+-- primary key (schedule, slot) is the last word: a second one would fail the statement
+-- and take its job with it.
+-- Returns every schedule asked about: the job fired now, if any, and whether the slot is
+-- settled (fired by now, by this statement or another, or not this worker's to fire);
+-- an unsettled slot (not yet due by the database's clock) is asked about again.
+WITH asked AS (
+    SELECT *
+      FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(crons)s::text[],
+                  %(tzs)s::text[], %(priorities)s::int[], %(max_attempts)s::int[])
+           AS f(name, slot, cron, tz, priority, max_attempts)
+), due AS MATERIALIZED (
+    SELECT s.name, s.task_name, s.queue, s.kwargs, f.slot, f.priority, f.max_attempts
+      FROM asked AS f
+      JOIN asyncq_schedules AS s ON s.name = f.name
+     WHERE s.cron = f.cron AND s.tz = f.tz
+       AND s.last_slot < f.slot AND f.slot <= now()
+       AND NOT EXISTS (SELECT 1 FROM asyncq_schedule_runs AS r
+                        WHERE r.schedule = s.name AND r.slot = f.slot)
+     ORDER BY s.name  -- rows locked in one order, as declare_schedules writes them
+       FOR NO KEY UPDATE OF s
+), job AS (
+    INSERT INTO asyncq_jobs (task_name, queue, args, priority, max_attempts, schedule,
+                             scheduled_at)
+    SELECT task_name, coalesce(queue, 'default'), kwargs, priority, max_attempts, name, slot
+      FROM due
+    RETURNING id, schedule, scheduled_at
+), run AS (
+    INSERT INTO asyncq_schedule_runs (schedule, slot, job_id)
+    SELECT schedule, scheduled_at, id FROM job
+    RETURNING schedule, slot, job_id
+), moved AS (
+    UPDATE asyncq_schedules AS s
+       SET last_slot = run.slot, last_job_id = run.job_id, updated_at = now()
+      FROM run
+     WHERE s.name = run.schedule
+    RETURNING s.name, run.job_id
+)
+SELECT f.name, moved.job_id,
+       moved.name IS NOT NULL OR s.name IS NULL OR s.last_slot >= f.slot
+       OR (s.cron, s.tz) IS DISTINCT FROM (f.cron, f.tz)
+       OR EXISTS (SELECT 1 FROM asyncq_schedule_runs AS r
+                   WHERE r.schedule = f.name AND r.slot = f.slot) AS settled
+  FROM asked AS f
+  LEFT JOIN asyncq_schedules AS s ON s.name = f.name
+  LEFT JOIN moved ON moved.name = f.name
+
+-- name: list_schedules
+-- Every schedule in the table, with its last job's status (NULL once that job is pruned),
+-- and the database's time.
+SELECT s.name, s.task_name, s.cron, s.tz, s.queue, s.last_slot, s.last_job_id,
+       j.status::text, clock_timestamp()
+  FROM asyncq_schedules AS s
+  LEFT JOIN asyncq_jobs AS j ON j.id = s.last_job_id
+ ORDER BY s.name
 
 -- name: cancel
 -- Cancel jobs by id. A queued job becomes cancelled at once. A running one is marked

@@ -5,6 +5,7 @@ propagates: the dispatcher catches it and `outcomes.decide` makes it an outcome.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import UTC
 from typing import Any, Protocol
 
 from asyncq import codec
@@ -49,6 +50,7 @@ class Executor:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             worker=self.worker,
+            scheduled_at=None if job.scheduled_at is None else job.scheduled_at.astimezone(UTC),
         )
         token = set_current_job(context)
         try:

@@ -2,9 +2,9 @@
 
 The runtime reports what happens through one `Observer`: a worker starts and stops,
 jobs are claimed, attempts finish (by their written outcome), leases are lost, expired
-jobs are rescued, a service meets a database error. Logging (`LogObserver`) and the
-counts a worker returns (`Counts`, `WorkerStats`) are listeners; metrics and tracing
-are more of them, added without touching the runtime.
+jobs are rescued, a schedule fires a slot, a service meets a database error. Logging
+(`LogObserver`) and the counts a worker returns (`Counts`, `WorkerStats`) are listeners;
+metrics and tracing are more of them, added without touching the runtime.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from asyncq.job import Job
 from asyncq.worker.outcomes import Kind, Outcome
@@ -79,6 +80,9 @@ class Observer:
     def rescued(self, jobs: Mapping[int, str]) -> None:
         """Jobs whose lease expired went back to the queue (or failed): id -> status."""
 
+    def fired(self, schedule: str, slot: datetime, job_id: int) -> None:
+        """A schedule's slot made a job."""
+
     def stopping(self, running: int, grace: float) -> None:
         pass
 
@@ -135,6 +139,10 @@ class Observers(Observer):
     def rescued(self, jobs: Mapping[int, str]) -> None:
         for o in self.observers:
             o.rescued(jobs)
+
+    def fired(self, schedule: str, slot: datetime, job_id: int) -> None:
+        for o in self.observers:
+            o.fired(schedule, slot, job_id)
 
     def stopping(self, running: int, grace: float) -> None:
         for o in self.observers:
@@ -317,6 +325,15 @@ class LogObserver(Observer):
                 status,
                 extra={"action": "job_reaped", "job_id": job_id},
             )
+
+    def fired(self, schedule: str, slot: datetime, job_id: int) -> None:
+        logger.info(
+            "schedule %s: slot %s made job %d",
+            schedule,
+            slot.isoformat(),
+            job_id,
+            extra={"action": "schedule_fired", "schedule": schedule, "job_id": job_id},
+        )
 
     def stopping(self, running: int, grace: float) -> None:
         logger.info(

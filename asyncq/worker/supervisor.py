@@ -27,6 +27,7 @@ from asyncq import migrate
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
 from asyncq.pools import reconnect_options
+from asyncq.schedule import Schedule
 from asyncq.store import Store, WorkerFacts
 from asyncq.worker.completer import Completer
 from asyncq.worker.dispatch import Dispatcher, State
@@ -37,6 +38,7 @@ from asyncq.worker.maintenance import Maintainer
 from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
 from asyncq.worker.maintenance.rescuer import Rescuer
+from asyncq.worker.maintenance.scheduler import Scheduler
 from asyncq.worker.observer import (
     Counts,
     LogObserver,
@@ -68,6 +70,7 @@ class Worker:
         settings: WorkerSettings,
         middleware: Sequence[Middleware] = (),
         observers: Sequence[Observer] = (),
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         self.id = worker_id
         self.tasks = tasks
@@ -77,6 +80,7 @@ class Worker:
         self.connect_kwargs = dict(connect_kwargs)
         self.settings = settings
         self.middleware = middleware
+        self.schedules = list(schedules)
         self.counts = Counts()
         self.observer = Observers([LogObserver(), self.counts, *observers])
         self._stopping = False
@@ -100,7 +104,9 @@ class Worker:
         pool = AsyncConnectionPool(
             self.conninfo,
             min_size=loops + 1,
-            max_size=loops + 4,  # the claim loops, the completer, heartbeat, maintenance, one more
+            # the claim loops, the completer, heartbeat, maintenance, and one more (the
+            # scheduler's, for the moments a slot is due)
+            max_size=loops + 4,
             kwargs=self._kwargs_for("worker"),
             configure=_configure,
             open=False,
@@ -200,6 +206,16 @@ class Worker:
             ),
             PoolCheck(pool=self.app_pool, observer=observer),
         ]
+        if self.schedules:
+            services.append(
+                Scheduler(
+                    pool=pool,
+                    store=self.store,
+                    schema=facts.schema,
+                    schedules=self.schedules,
+                    observer=observer,
+                )
+            )
         restore = self._install_signal_handlers() if settings.handle_signals else None
         left: list[Job] = []
         try:
@@ -262,6 +278,8 @@ class Worker:
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
                 missing = await self.store.missing_worker_privileges(conn, facts.schema)
+                if self.schedules:
+                    missing += await self.store.missing_scheduler_privileges(conn, facts.schema)
                 if missing:
                     user = conn.info.user
                     raise ConfigurationError(

@@ -1,5 +1,8 @@
 """Maintenance: work on the shared table that one worker at a time should do.
 
+`gated` runs a piece of work behind the gate; the scheduler (`scheduler.py`) uses it
+when a slot is due.
+
 Every worker runs a `Maintainer` with the same list of `Maintenance` pieces; each
 pass of a piece runs in a transaction of its own behind one gate, a transaction-level
 advisory lock named for the piece and the schema: the worker that takes it does the
@@ -9,8 +12,8 @@ transaction, so that no lock is held for long.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -21,6 +24,25 @@ from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
 PASS_DEADLINE = 30.0
+
+T = TypeVar("T")
+
+
+async def gated(
+    pool: AsyncConnectionPool,
+    store: Store,
+    *,
+    name: str,
+    schema: str,
+    work: Callable[[Conn], Awaitable[T]],
+) -> tuple[bool, T | None]:
+    """``work(conn)`` in a transaction that holds the gate ``name`` of ``schema``:
+    (True, its result); (False, None) without running it when another session holds it."""
+    with anyio.fail_after(PASS_DEADLINE):
+        async with pool.connection() as conn, conn.transaction():
+            if not await store.try_lock(conn, name=name, schema=schema):
+                return False, None
+            return True, await work(conn)
 
 
 class Maintenance(Protocol):
@@ -69,8 +91,7 @@ class Maintainer:
 
     async def gated(self, piece: Maintenance) -> bool:
         """One pass of ``piece`` if no other worker runs one now; True if there is more."""
-        with anyio.fail_after(PASS_DEADLINE):
-            async with self.pool.connection() as conn, conn.transaction():
-                if not await self.store.try_lock(conn, name=piece.name, schema=self.schema):
-                    return False
-                return await piece.run(conn)
+        _, more = await gated(
+            self.pool, self.store, name=piece.name, schema=self.schema, work=piece.run
+        )
+        return bool(more)
