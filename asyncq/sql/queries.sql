@@ -563,8 +563,9 @@ SELECT c.relname, pg_relation_size(c.oid)
  ORDER BY c.relname
 
 -- name: oldest_snapshot
--- What holds the vacuum horizon back: the oldest snapshot of a session (another than
--- this one), of a replication slot, or of a prepared transaction, with its age.
+-- What holds the vacuum horizon of this database back: the oldest snapshot of a session
+-- (another than this one), of a replication slot (a physical one holds every database),
+-- or of a prepared transaction, with its age.
 SELECT * FROM (
     SELECT 'session' AS kind,
            format('pid %%s (%%s, %%s)', pid, coalesce(nullif(application_name, ''), usename),
@@ -573,15 +574,18 @@ SELECT * FROM (
            age(backend_xmin) AS xids
       FROM pg_stat_activity
      WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+       AND datname = current_database()
     UNION ALL
     SELECT 'replication slot', slot_name::text, NULL,
            greatest(age(xmin), age(catalog_xmin))
       FROM pg_replication_slots
-     WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
+     WHERE (xmin IS NOT NULL OR catalog_xmin IS NOT NULL)
+       AND (database IS NULL OR database = current_database())
     UNION ALL
     SELECT 'prepared transaction', gid, extract(epoch FROM now() - prepared)::float8,
            age(transaction)
       FROM pg_prepared_xacts
+     WHERE database = current_database()
 ) AS holders
  ORDER BY xids DESC
  LIMIT 1
