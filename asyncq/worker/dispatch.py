@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -171,8 +172,7 @@ class Dispatcher:
                 task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT
             )
         result = error = None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = time.perf_counter()  # the loop's clock may tick in milliseconds (uvloop)
         try:
             result = await self.executor.run(job, task)
         except BaseException as exc:  # noqa: BLE001 - a job's failure must never stop the worker
@@ -186,7 +186,7 @@ class Dispatcher:
             while runner.cancelling():
                 runner.uncancel()
             attempt.cancels = 0
-        duration = loop.time() - started
+        duration = time.perf_counter() - started
         return decide(job, task, result=result, error=error, stop=attempt.stop, duration=duration)
 
     def _runner_ended(self, runner: asyncio.Task[None]) -> None:
