@@ -39,10 +39,16 @@ async def gated(
     """``work(conn)`` in a transaction that holds the gate ``name`` of ``schema``:
     (True, its result); (False, None) without running it when another session holds it."""
     with anyio.fail_after(PASS_DEADLINE):
-        async with pool.connection() as conn, conn.transaction():
-            if not await store.try_lock(conn, name=name, schema=schema):
-                return False, None
-            return True, await work(conn)
+        async with pool.connection() as conn:
+            # Once begun, a pass ends before a shutdown's cancellation reaches it (a
+            # transaction cut short would cost the connection), within its own deadline.
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + PASS_DEADLINE
+                async with conn.transaction():
+                    if not await store.try_lock(conn, name=name, schema=schema):
+                        return False, None
+                    return True, await work(conn)
+    raise TimeoutError(f"a maintenance pass ({name}) took longer than {PASS_DEADLINE:.0f}s")
 
 
 class Maintenance(Protocol):
