@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection, errors, sql
 
 from asyncq.job import Job
+from asyncq.limits import ClaimLimits
 from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
@@ -32,6 +33,7 @@ class NewJob(NamedTuple):
     run_at: datetime | None
     delay: float
     max_attempts: int
+    group_key: str | None = None
 
 
 class FireResult(NamedTuple):
@@ -67,6 +69,10 @@ def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
 
 
 REQUEUE_TRIES = 5
+# Ready jobs of a task with group_concurrency that one claim looks at, outside its
+# saturated groups: a group with more ready jobs than this, at the head of the queue,
+# has its room filled first, and is then skipped by the next claims.
+GROUP_SCAN = 1000
 
 # The schema objects a query may name, outside string literals.
 _OBJECTS = re.compile(r"(?<!')\b(asyncq_[a-z_]+)\b(?!')")
@@ -103,7 +109,7 @@ class Store:
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
         if unique_key is None:
-            if job.run_at is None and not job.delay:
+            if job.run_at is None and not job.delay and job.group_key is None:
                 query = self.q["insert_job_now"]
                 params: Any = (job.task_name, job.queue, job.args, job.priority, job.max_attempts)
             else:
@@ -140,6 +146,7 @@ class Store:
                 "run_ats": [r.run_at for r in rows],
                 "delays": [r.delay for r in rows],
                 "max_attempts": [r.max_attempts for r in rows],
+                "group_keys": [r.group_key for r in rows],
             },
         )
         return [int(row[0]) for row in await cur.fetchall()]
@@ -154,6 +161,32 @@ class Store:
         else:
             query = self.q["claim_any"]
         cur = await conn.execute(query, params)
+        return [Job._make(row) for row in await cur.fetchall()]
+
+    async def claim_limited(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        limits: ClaimLimits,
+        schema: str,
+    ) -> list[Job]:
+        """Claim within the limits of the limited tasks: one short transaction, its lock
+        and its claim sent together."""
+        params: dict[str, Any] = {
+            "worker": worker,
+            "limit": limit,
+            "lease": lease,
+            "queues": list(queues) if queues else None,
+            "scan": GROUP_SCAN,
+            **limits.params(),
+        }
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(self.q["limits_lock"], {"schema": schema})
+            cur = await conn.execute(self.q["claim_limited"], params)
         return [Job._make(row) for row in await cur.fetchall()]
 
     async def mark_done(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
