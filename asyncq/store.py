@@ -108,8 +108,10 @@ class Store:
 
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
+        if job.group_key is not None:
+            return await self._insert_grouped(conn, job, unique_key)
         if unique_key is None:
-            if job.run_at is None and not job.delay and job.group_key is None:
+            if job.run_at is None and not job.delay:
                 query = self.q["insert_job_now"]
                 params: Any = (job.task_name, job.queue, job.args, job.priority, job.max_attempts)
             else:
@@ -117,9 +119,22 @@ class Store:
             row = await (await conn.execute(query, params)).fetchone()
             assert row is not None
             return int(row[0])
-        params = {**job._asdict(), "unique_key": unique_key}
+        return await self._insert_unique(conn, self.q["insert_job"], job._asdict(), unique_key)
+
+    async def _insert_grouped(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
+        params = {**job._asdict(), "args": f"[{job.args}]"}
+        if unique_key is None:
+            row = await (await conn.execute(self.q["insert_grouped"], params)).fetchone()
+            assert row is not None
+            return int(row[0])
+        return await self._insert_unique(conn, self.q["insert_grouped"], params, unique_key)
+
+    async def _insert_unique(
+        self, conn: Conn, query: str, params: dict[str, Any], unique_key: str
+    ) -> int:
+        params = {**params, "unique_key": unique_key}
         while True:
-            row = await (await conn.execute(self.q["insert_job"], params)).fetchone()
+            row = await (await conn.execute(query, params)).fetchone()
             if row is not None:
                 return int(row[0])
             # A live job holds this unique key: return it. If it finished in between, insert again.
@@ -131,7 +146,12 @@ class Store:
     async def insert_jobs(self, conn: Conn, jobs: NewJob) -> list[int]:
         """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
         fields; ids in the order of the array."""
-        cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
+        if jobs.group_key is None:
+            cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
+        else:
+            cur = await conn.execute(
+                self.q["insert_grouped"], {**jobs._asdict(), "unique_key": None}
+            )
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
@@ -146,7 +166,6 @@ class Store:
                 "run_ats": [r.run_at for r in rows],
                 "delays": [r.delay for r in rows],
                 "max_attempts": [r.max_attempts for r in rows],
-                "group_keys": [r.group_key for r in rows],
             },
         )
         return [int(row[0]) for row in await cur.fetchall()]

@@ -211,7 +211,7 @@ class Deferrer(Generic[P]):
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
         job = self.new_job(self.task.encode(args, kwargs))
         o = self.opts
-        if o.conn is None and o.unique_key is None:
+        if o.conn is None and o.unique_key is None and o.group is None:
             return await self.task.writer.write(job)
         return await self.task.writer.write_alone(job, conn=o.conn, unique_key=o.unique_key)
 

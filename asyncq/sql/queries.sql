@@ -4,11 +4,10 @@
 -- running as the same attempt, claimed by the same worker.
 
 -- name: insert_job
-INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
-                         group_key)
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key)
 VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)),
-        %(max_attempts)s, %(unique_key)s, %(group_key)s)
+        %(max_attempts)s, %(unique_key)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
@@ -20,11 +19,9 @@ VALUES (%s, %s, %s::jsonb, %s, %s)
 RETURNING id
 
 -- name: insert_job_later
--- One job due later, or in a group.
-INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, group_key)
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
 VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
-        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
-        %(group_key)s)
+        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s)
 RETURNING id
 
 -- name: live_job_with_key
@@ -33,22 +30,33 @@ SELECT id FROM asyncq_jobs
 
 -- name: insert_jobs
 -- The jobs' arguments come as one JSON array: one value to send and to parse.
-INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, group_key)
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
+SELECT %(task_name)s, %(queue)s, a, %(priority)s,
+       coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s
+  FROM jsonb_array_elements(%(args)s::jsonb) AS a
+RETURNING id
+
+-- name: insert_grouped
+-- Jobs in a group, one per element of a JSON array. Apart from grouped jobs no insert
+-- names group_key, so a role that may not write it can defer every other job.
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
+                         group_key)
 SELECT %(task_name)s, %(queue)s, a, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
-       %(group_key)s
+       %(unique_key)s, %(group_key)s
   FROM jsonb_array_elements(%(args)s::jsonb) AS a
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
 -- name: insert_rows
 -- Jobs deferred at the same moment by different callers, written by one statement.
-INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, group_key)
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts)
 SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
-       coalesce(r.run_at, now() + make_interval(secs => r.delay)), r.max_attempts, r.group_key
+       coalesce(r.run_at, now() + make_interval(secs => r.delay)), r.max_attempts
   FROM unnest(%(task_names)s::text[], %(queues)s::text[], %(args)s::text[],
               %(priorities)s::int[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
-              %(max_attempts)s::int[], %(group_keys)s::text[])
-       AS r(task_name, queue, args, priority, run_at, delay, max_attempts, group_key)
+              %(max_attempts)s::int[])
+       AS r(task_name, queue, args, priority, run_at, delay, max_attempts)
 RETURNING id
 
 -- name: claim_any
