@@ -122,7 +122,7 @@ class Store:
         return await self._insert_unique(conn, self.q["insert_job"], job._asdict(), unique_key)
 
     async def _insert_grouped(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
-        params = {**job._asdict(), "args": f"[{job.args}]"}
+        params = {**job._asdict(), "args": f"[{job.args}]", "unique_key": None}
         if unique_key is None:
             row = await (await conn.execute(self.q["insert_grouped"], params)).fetchone()
             assert row is not None
