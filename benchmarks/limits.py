@@ -59,6 +59,8 @@ def run(dsn: str, *, limited: bool, seconds: float, workers: int, concurrency: i
         for _ in range(workers)
     ]
     try:
+        while not done(dsn):  # the workers have started
+            time.sleep(0.05)
         time.sleep(WARMUP)
         before, at = sum(done(dsn).values()), time.monotonic()
         time.sleep(seconds)

@@ -117,7 +117,9 @@ SELECT pg_advisory_xact_lock(hashtext('asyncq.limits.' || %(schema)s::text))
 -- starts in the last period (asyncq_rate_starts), and, per group, the group's
 -- concurrency less the group's running jobs. Running rows are exactly those with an
 -- expires_at (the asyncq_jobs_leases index). A saturated task or group is skipped, so
--- it holds up no other job.
+-- it holds up no other job. The paused queues are left out with array_position, not
+-- "<> ALL": with every job in one queue, the planner takes "<> ALL" of an array it
+-- cannot see for a filter that keeps nothing, and scans and sorts the whole table.
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
 limits AS MATERIALIZED (
     SELECT *
@@ -148,7 +150,7 @@ unlimited AS MATERIALIZED (
      WHERE status = 'queued' AND run_at <= now()
        AND task_name <> ALL(%(names)s::text[])
        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-       AND queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL))
+       AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -161,15 +163,18 @@ limited AS MATERIALIZED (
               FROM asyncq_jobs
              WHERE status = 'queued' AND run_at <= now() AND task_name = room.task_name
                AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-               AND queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL))
+               AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
              ORDER BY priority DESC, run_at, id
              LIMIT room.room
                FOR NO KEY UPDATE SKIP LOCKED) AS j
      WHERE room.room > 0 AND room.group_concurrency IS NULL
 ),
 -- Grouped tasks: the first ready jobs of the task outside saturated groups (at most
--- %(scan)s of them), then per group the first ones by id, as many as the group has
--- room for, taken round-robin over the groups up to the task's room.
+-- %(scan)s, and at most room * group_concurrency: what the room could take from groups
+-- that each have all their room), then per group the first ones by id, as many as the
+-- group has room for, taken round-robin over the groups up to the task's room. A group
+-- with more ready jobs than that at the head of the queue fills its room and is skipped
+-- by the next claims.
 candidates AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at, j.group_key, room.task_name, room.room,
            room.group_concurrency
@@ -179,14 +184,14 @@ candidates AS MATERIALIZED (
               FROM asyncq_jobs
              WHERE status = 'queued' AND run_at <= now() AND task_name = room.task_name
                AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-               AND queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL))
+               AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
                AND (group_key IS NULL
                     OR group_key <> ALL(ARRAY(SELECT r.group_key FROM running r
                                                WHERE r.task_name = room.task_name
                                                  AND r.group_key IS NOT NULL
                                                  AND r.n >= room.group_concurrency)))
              ORDER BY priority DESC, run_at, id
-             LIMIT %(scan)s) AS j
+             LIMIT least(%(scan)s, room.room * room.group_concurrency)) AS j
      WHERE room.room > 0 AND room.group_concurrency IS NOT NULL
 ),
 in_group_order AS (
