@@ -1,6 +1,7 @@
 """The App of the limits benchmark (``benchmarks.limits_app:app``): three no-op tasks.
 With ``$BENCH_LIMITS=1`` one of them is limited to 50 at once and another to 1,000
-starts a second, so the worker claims with the limited claim; without it, none is."""
+starts a second (``$BENCH_RATE``, to try another rate), so the worker claims with the
+limited claim; without it, none is."""
 
 from __future__ import annotations
 
@@ -23,6 +24,6 @@ async def capped() -> None:
     pass
 
 
-@app.task(name="rated", rate_limit="1000/s" if LIMITED else None)
+@app.task(name="rated", rate_limit=os.environ.get("BENCH_RATE", "1000/s") if LIMITED else None)
 async def rated() -> None:
     pass
