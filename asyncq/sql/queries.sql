@@ -107,8 +107,11 @@ RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, 
 -- name: limits_lock
 -- Claims of limited tasks happen one at a time in a schema: each takes this lock first,
 -- by a statement of its own, so that its claim statement (a new snapshot in READ
--- COMMITTED) sees every job that earlier claims started.
-SELECT pg_advisory_xact_lock(hashtext('asyncq.limits.' || %(schema)s::text))
+-- COMMITTED) sees every job that earlier claims started. It also lets the claim use its
+-- generic plan (for this transaction only): planning claim_limited afresh each time, as
+-- the server otherwise chooses to, cost as much as running it.
+SELECT pg_advisory_xact_lock(hashtext('asyncq.limits.' || %(schema)s::text)),
+       set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks (after limits_lock, in its
