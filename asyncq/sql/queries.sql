@@ -120,8 +120,8 @@ SELECT pg_advisory_xact_lock(hashtext('asyncq.limits.' || %(schema)s::text)),
 -- starts in the last period (asyncq_rate_starts), and, per group, the group's
 -- concurrency less the group's running jobs. Running rows are exactly those with an
 -- expires_at (the asyncq_jobs_leases index). A saturated task or group is skipped, so
--- it holds up no other job. The paused queues are left out with array_position, not
--- "<> ALL": with every job in one queue, the planner takes "<> ALL" of an array it
+-- it holds up no other job. The paused queues are left out with array_position, not a
+-- bare "<> ALL": with every job in one queue, the planner takes "<> ALL" of an array it
 -- cannot see for a filter that keeps nothing, and scans and sorts the whole table.
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
 limits AS MATERIALIZED (
@@ -245,7 +245,8 @@ UPDATE asyncq_jobs AS j
        expires_at = clock.now + %(lease)s
   FROM chosen, clock
  WHERE j.id = chosen.id
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims
+RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
+          j.scheduled_at
 
 -- name: mark_done
 UPDATE asyncq_jobs AS j
