@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from asyncq import admin, codec, embedded, migrate
 from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
+from asyncq.limits import ClaimLimits, TaskLimits
 from asyncq.pools import reconnect_options
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
@@ -138,6 +139,9 @@ class App:
         retry: Backoff | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        group_concurrency: int | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]: ...
 
     def task(
@@ -152,12 +156,25 @@ class App:
         retry: Backoff | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        group_concurrency: int | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
         """Register an ``async def`` as a task. The name defaults to ``module.qualname``.
 
         ``retry``: the backoff between attempts; ``retry_on``: only these exceptions are
         retried, any other fails the job at once; ``timeout``: seconds an attempt may run
-        before it is cancelled and counted as a failure."""
+        before it is cancelled and counted as a failure.
+
+        Limits, across every worker of the App: ``concurrency``, at most that many of the
+        task's jobs run at once; ``rate_limit`` (``"N/s"``, ``"N/m"`` or ``"N/h"``), at
+        most N of them start in any second, minute or hour; ``group_concurrency``, at
+        most that many jobs of one group (``task.options(group=...)``) run at once.
+        They are enforced when workers claim, from the limits the workers' own App
+        declares. A bad limit raises `ConfigurationError` here."""
+        limits = TaskLimits.declared(
+            concurrency=concurrency, rate_limit=rate_limit, group_concurrency=group_concurrency
+        )
 
         def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
             task_name = f"{function.__module__}.{function.__qualname__}" if name is None else name
@@ -173,6 +190,7 @@ class App:
                 retry=retry or Backoff(),
                 retry_on=retry_on,
                 timeout=timeout,
+                limits=limits,
             )
             self.tasks[task_name] = task
             return task
@@ -439,6 +457,7 @@ class App:
                 middleware=self._middleware,
                 observers=observers,
                 schedules=list(self.schedules.values()),
+                limits=ClaimLimits.of((name, task.limits) for name, task in self.tasks.items()),
             )
             return await worker.run()
         finally:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection, errors, sql
 
 from asyncq.job import Job
+from asyncq.limits import ClaimLimits
 from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
@@ -32,6 +33,7 @@ class NewJob(NamedTuple):
     run_at: datetime | None
     delay: float
     max_attempts: int
+    group_key: str | None = None
 
 
 class FireResult(NamedTuple):
@@ -67,6 +69,10 @@ def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
 
 
 REQUEUE_TRIES = 5
+# Ready jobs of a task with group_concurrency that one claim looks at, outside its
+# saturated groups: a group with more ready jobs than this, at the head of the queue,
+# has its room filled first, and is then skipped by the next claims.
+GROUP_SCAN = 1000
 
 # The schema objects a query may name, outside string literals.
 _OBJECTS = re.compile(r"(?<!')\b(asyncq_[a-z_]+)\b(?!')")
@@ -102,6 +108,8 @@ class Store:
 
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
+        if job.group_key is not None:
+            return await self._insert_grouped(conn, job, unique_key)
         if unique_key is None:
             if job.run_at is None and not job.delay:
                 query = self.q["insert_job_now"]
@@ -111,9 +119,22 @@ class Store:
             row = await (await conn.execute(query, params)).fetchone()
             assert row is not None
             return int(row[0])
-        params = {**job._asdict(), "unique_key": unique_key}
+        return await self._insert_unique(conn, self.q["insert_job"], job._asdict(), unique_key)
+
+    async def _insert_grouped(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
+        params = {**job._asdict(), "args": f"[{job.args}]", "unique_key": None}
+        if unique_key is None:
+            row = await (await conn.execute(self.q["insert_grouped"], params)).fetchone()
+            assert row is not None
+            return int(row[0])
+        return await self._insert_unique(conn, self.q["insert_grouped"], params, unique_key)
+
+    async def _insert_unique(
+        self, conn: Conn, query: str, params: dict[str, Any], unique_key: str
+    ) -> int:
+        params = {**params, "unique_key": unique_key}
         while True:
-            row = await (await conn.execute(self.q["insert_job"], params)).fetchone()
+            row = await (await conn.execute(query, params)).fetchone()
             if row is not None:
                 return int(row[0])
             # A live job holds this unique key: return it. If it finished in between, insert again.
@@ -125,7 +146,12 @@ class Store:
     async def insert_jobs(self, conn: Conn, jobs: NewJob) -> list[int]:
         """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
         fields; ids in the order of the array."""
-        cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
+        if jobs.group_key is None:
+            cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
+        else:
+            cur = await conn.execute(
+                self.q["insert_grouped"], {**jobs._asdict(), "unique_key": None}
+            )
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
@@ -154,6 +180,32 @@ class Store:
         else:
             query = self.q["claim_any"]
         cur = await conn.execute(query, params)
+        return [Job._make(row) for row in await cur.fetchall()]
+
+    async def claim_limited(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        limits: ClaimLimits,
+        schema: str,
+    ) -> list[Job]:
+        """Claim within the limits of the limited tasks: one short transaction, its lock
+        and its claim sent together."""
+        params: dict[str, Any] = {
+            "worker": worker,
+            "limit": limit,
+            "lease": lease,
+            "queues": list(queues) if queues else None,
+            "scan": GROUP_SCAN,
+            **limits.params(),
+        }
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(self.q["limits_lock"], {"schema": schema})
+            cur = await conn.execute(self.q["claim_limited"], params)
         return [Job._make(row) for row in await cur.fetchall()]
 
     async def mark_done(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from asyncq import codec
+from asyncq.limits import NO_LIMITS, TaskLimits
 from asyncq.retry import Backoff, seconds
 from asyncq.store import NewJob
 
@@ -55,6 +56,7 @@ class DeferOptions:
     run_at: datetime | None = None
     unique_key: str | None = None
     max_attempts: int
+    group: str | None = None
 
 
 def _int(value: object, name: str, minimum: int) -> None:
@@ -78,6 +80,14 @@ def _check_options(options: DeferOptions) -> DeferOptions:
             raise ValueError(f"unique_key must be a string without NUL characters, not {key!r}")
         if not key.isascii() and not codec.is_text(key):
             raise ValueError(f"unique_key must not contain a lone surrogate: {key!r}")
+    group = options.group
+    if group is not None:
+        if not isinstance(group, str) or not group or "\x00" in group:
+            raise ValueError(
+                f"group must be a non-empty string without NUL characters, not {group!r}"
+            )
+        if not group.isascii() and not codec.is_text(group):
+            raise ValueError(f"group must not contain a lone surrogate: {group!r}")
     return options
 
 
@@ -96,6 +106,7 @@ class Task(Generic[P, R]):
         retry: Backoff,
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
+        limits: TaskLimits = NO_LIMITS,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@app.task needs an async def function, not {fn!r}")
@@ -111,6 +122,7 @@ class Task(Generic[P, R]):
                 raise TypeError(f"retry_on must be a tuple of exception types, not {retry_on!r}")
         self.retry_on = retry_on
         self.timeout = None if timeout is None else seconds(timeout, "timeout", minimum=1e-3)
+        self.limits = limits
         self.defaults = _check_options(
             DeferOptions(queue=queue, max_attempts=max_attempts, priority=priority)
         )
@@ -151,8 +163,11 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        group: str | None = None,
     ) -> Deferrer[P]:
-        """The same task with other options for the jobs it writes."""
+        """The same task with other options for the jobs it writes. ``group`` names the
+        job's group (a customer, a tenant): with ``group_concurrency``, at most that many
+        jobs of one group run at once."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay or run_at, not both")
         changes: dict[str, Any] = {
@@ -160,6 +175,7 @@ class Task(Generic[P, R]):
             "delay": 0.0 if delay is None else seconds(delay, "delay"),
             "run_at": run_at,
             "unique_key": unique_key,
+            "group": group,
         }
         if priority is not None:
             changes["priority"] = priority
@@ -195,7 +211,7 @@ class Deferrer(Generic[P]):
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
         job = self.new_job(self.task.encode(args, kwargs))
         o = self.opts
-        if o.conn is None and o.unique_key is None:
+        if o.conn is None and o.unique_key is None and o.group is None:
             return await self.task.writer.write(job)
         return await self.task.writer.write_alone(job, conn=o.conn, unique_key=o.unique_key)
 
@@ -211,4 +227,6 @@ class Deferrer(Generic[P]):
 
     def new_job(self, args: str) -> NewJob:
         o = self.opts
-        return NewJob(self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts)
+        return NewJob(
+            self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts, o.group
+        )

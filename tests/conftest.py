@@ -67,11 +67,11 @@ def session_dsn(server_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 def dsn(session_dsn: str) -> str:
-    """The session database with no jobs, queue settings or schedules."""
+    """The session database with no jobs, queue settings, schedules or rate-limit starts."""
     with psycopg.connect(session_dsn, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE asyncq_jobs, asyncq_queues, asyncq_schedules, asyncq_schedule_runs"
-            " RESTART IDENTITY"
+            "TRUNCATE asyncq_jobs, asyncq_queues, asyncq_schedules, asyncq_schedule_runs,"
+            " asyncq_rate_starts RESTART IDENTITY"
         )
     return session_dsn
 

@@ -20,6 +20,7 @@ import anyio
 from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
+from asyncq.limits import ClaimLimits
 from asyncq.pools import KeptConnection
 from asyncq.store import Store
 from asyncq.transient import TRANSIENT_ERRORS
@@ -51,6 +52,8 @@ class Producer:
         drain: bool,
         observer: Observer,
         claim_loops: int = 1,
+        limits: ClaimLimits | None = None,
+        schema: str = "",
     ) -> None:
         self.pool = pool
         self.store = store
@@ -68,6 +71,10 @@ class Producer:
         # When busy, wait for half a batch of free slots rather than claiming one job at a time.
         self.refill_at = max(1, min(batch_size, slots.total) // 2)
         self.loops = claim_loops
+        # With limited tasks, every claim is the limited one (serialised in the schema);
+        # without, the claim is the plain one.
+        self.limits = limits
+        self.schema = schema
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
@@ -125,6 +132,16 @@ class Producer:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + CLAIM_DEADLINE
             async with kept.connection() as conn:
+                if self.limits is not None:
+                    return await self.store.claim_limited(
+                        conn,
+                        worker=self.worker,
+                        limit=limit,
+                        queues=self.queues,
+                        lease=self.lease,
+                        limits=self.limits,
+                        schema=self.schema,
+                    )
                 return await self.store.claim(
                     conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
                 )

@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from asyncq import migrate
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
+from asyncq.limits import ClaimLimits
 from asyncq.pools import reconnect_options
 from asyncq.schedule import Schedule
 from asyncq.store import Store, WorkerFacts
@@ -71,8 +72,10 @@ class Worker:
         middleware: Sequence[Middleware] = (),
         observers: Sequence[Observer] = (),
         schedules: Sequence[Schedule] = (),
+        limits: ClaimLimits | None = None,
     ) -> None:
         self.id = worker_id
+        self.limits = limits
         self.tasks = tasks
         self.app_pool = app_pool
         self.store = store
@@ -154,6 +157,8 @@ class Worker:
             drain=settings.drain,
             observer=observer,
             claim_loops=loops,
+            limits=self.limits,
+            schema=facts.schema,
         )
         services: list[Service] = [
             completer,

@@ -60,3 +60,15 @@ BEGIN
     $sql$, channel);
 END
 $migration$;
+
+-- Rate limits: the starts of each rate-limited task, one row per claim that started some
+-- of its jobs, at that claim's time. Claims of limited tasks are serialised (an advisory
+-- lock), so each one sees every earlier start: a claim counts the starts of the last
+-- period before its own time and starts at most what the limit leaves. Rows older than
+-- the period are deleted by the claims themselves.
+CREATE TABLE asyncq_rate_starts (
+    task_name  text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    count      int         NOT NULL CHECK (count > 0),
+    PRIMARY KEY (task_name, started_at)
+);

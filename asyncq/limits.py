@@ -1,0 +1,130 @@
+"""Limits of a task: how many of its jobs may run at once (in all, and per group) and how
+many may start per period. Declared on ``@app.task``, checked here at declaration, and
+enforced by the database when a worker claims (``claim_limited`` in ``sql/queries.sql``).
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from asyncq.errors import ConfigurationError
+
+MAX_LIMIT = 2**31 - 1  # the limits travel as int4
+PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"([0-9]+)/([smh])")
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` starts in any window of ``period`` seconds."""
+
+    count: int
+    period: float
+
+    def __str__(self) -> str:
+        unit = next(u for u, s in PERIODS.items() if s == self.period)
+        return f"{self.count}/{unit}"
+
+
+def parse_rate(value: object) -> Rate:
+    """``"N/s"``, ``"N/m"`` or ``"N/h"`` with N >= 1, as a `Rate`; ConfigurationError if not."""
+    match = _RATE.fullmatch(value) if isinstance(value, str) else None
+    count = int(match[1]) if match else 0
+    if match is None or not 1 <= count <= MAX_LIMIT:
+        raise ConfigurationError(
+            f'rate_limit must be "N/s", "N/m" or "N/h" with N a whole number from 1 to'
+            f" {MAX_LIMIT} (at most N jobs start in any second, minute or hour), not {value!r}"
+        )
+    return Rate(count, PERIODS[match[2]])
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"{name} must be a whole number from 1 to {MAX_LIMIT} (jobs at once), not {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskLimits:
+    """A task's limits; None means no such limit."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+    group_concurrency: int | None = None
+
+    @classmethod
+    def declared(
+        cls, *, concurrency: object, rate_limit: object, group_concurrency: object
+    ) -> TaskLimits:
+        """The limits given to ``@app.task``, checked; ConfigurationError for a bad one."""
+        limits = cls(
+            concurrency=None if concurrency is None else _count(concurrency, "concurrency"),
+            rate=None if rate_limit is None else parse_rate(rate_limit),
+            group_concurrency=(
+                None
+                if group_concurrency is None
+                else _count(group_concurrency, "group_concurrency")
+            ),
+        )
+        if (
+            limits.concurrency is not None
+            and limits.group_concurrency is not None
+            and limits.group_concurrency > limits.concurrency
+        ):
+            raise ConfigurationError(
+                f"group_concurrency={limits.group_concurrency} is more than the task's"
+                f" concurrency={limits.concurrency}: no group could ever reach it"
+            )
+        return limits
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.concurrency is not None
+            or self.rate is not None
+            or self.group_concurrency is not None
+        )
+
+
+NO_LIMITS = TaskLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimLimits:
+    """The limited tasks of a worker's App, as the limited claim takes them: one array per
+    limit, one element per task (NULL where a task has no such limit)."""
+
+    names: list[str]
+    concurrency: list[int | None]
+    rate: list[int | None]
+    period: list[float | None]
+    group_concurrency: list[int | None]
+
+    @classmethod
+    def of(cls, tasks: Iterable[tuple[str, TaskLimits]]) -> ClaimLimits | None:
+        """The limits of the limited ones of ``tasks`` (name, limits); None if none is."""
+        limited = sorted(((name, lim) for name, lim in tasks if lim.any), key=lambda t: t[0])
+        if not limited:
+            return None
+        return cls(
+            names=[name for name, _ in limited],
+            concurrency=[lim.concurrency for _, lim in limited],
+            rate=[lim.rate.count if lim.rate else None for _, lim in limited],
+            period=[lim.rate.period if lim.rate else None for _, lim in limited],
+            group_concurrency=[lim.group_concurrency for _, lim in limited],
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "names": self.names,
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "period": self.period,
+            "group_concurrency": self.group_concurrency,
+        }
