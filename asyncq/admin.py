@@ -295,17 +295,24 @@ async def jobs(
     queue: str | None = None,
     task: str | None = None,
     limit: int = 20,
+    before_id: int | None = None,
 ) -> list[JobSummary]:
     """Jobs, newest first, or in the order they will run (queued) or their leases end
-    (running); narrowed by status, queue and task name."""
+    (running); narrowed by status, queue and task name. ``before_id`` pages on through
+    the newest-first listing of every state (only there: it needs an order by id)."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
+    if before_id is not None:
+        if status is not None:
+            raise ValueError("before_id pages on through jobs of every state, without a status")
+        [before_id] = job_ids([before_id])
     rows = await store.list_jobs(
         conn,
         status=status,
         queue=None if queue is None else validate_name("queue", queue),
         task=None if task is None else validate_name("task", task),
         limit=_limit(limit),
+        before_id=before_id,
     )
     return [JobSummary.from_row(row) for row in rows]
 

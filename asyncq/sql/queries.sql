@@ -486,10 +486,12 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
  LIMIT %(limit)s
 
 -- name: list_all
+-- Newest first; %(before_id)s (NULL: from the newest) pages on by the primary key.
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
        created_at, finished_at, locked_by, last_error
   FROM asyncq_jobs
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+ WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task_name = %(task)s)
  ORDER BY id DESC
  LIMIT %(limit)s

@@ -60,7 +60,13 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
     # One test, so that the million rows are written once.
     for status, query, index in LISTINGS:
         for queue, task in ((None, None), ("mail", None), (None, "b.task")):
-            params = {"status": status, "queue": queue, "task": task, "limit": 10}
+            params = {
+                "status": status,
+                "queue": queue,
+                "task": task,
+                "limit": 10,
+                "before_id": None if status else ROWS // 2,
+            }
             found = await plan(app, query, params)
             assert "Seq Scan" not in found, (status, queue, task, found)
             assert index in found, (status, queue, task, found)
@@ -68,6 +74,10 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
             listed = await admin.jobs(conn, app.store, status=status, limit=10)
         assert len(listed) == 10
         assert status is None or {j.status for j in listed} == {status}
+    async with app.pool.connection() as conn:
+        first = await admin.jobs(conn, app.store, limit=10)
+        second = await admin.jobs(conn, app.store, limit=10, before_id=first[-1].id)
+    assert [j.id for j in first + second] == list(range(ROWS, ROWS - 20, -1))
 
     for query in ("queue_overview", "state_counts"):
         found = await plan(app, query, {})
@@ -90,4 +100,6 @@ async def test_bad_listing_arguments_are_refused(app: asyncq.App) -> None:
             await admin.jobs(conn, app.store, limit=0)
         with pytest.raises(asyncq.InvalidName):
             await admin.jobs(conn, app.store, queue="")
+        with pytest.raises(ValueError, match="before_id"):
+            await admin.jobs(conn, app.store, status="failed", before_id=5)
         assert await admin.job(conn, app.store, 10**12) is None
