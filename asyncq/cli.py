@@ -211,6 +211,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="for example 90s, 30m, 12h, 7d (default 1d)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object")
+
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve the web dashboard",
+        description="Serve the web dashboard (extra asyncq[dashboard]): queues, jobs by"
+        " state, a job's detail, throughput, and requeue / cancel / pause / resume. Binds to"
+        " localhost unless told otherwise; it has no login of its own.",
+    )
+    dashboard.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)"
+    )
+    dashboard.add_argument(
+        "--port", type=int, default=8080, help="the port to listen on (default 8080)"
+    )
+    dashboard.add_argument(
+        "--read-only", action="store_true", help="show no actions and refuse them with 403"
+    )
     return parser
 
 
@@ -492,6 +510,17 @@ async def _prune(app: App, args: argparse.Namespace) -> None:
         )
 
 
+async def _dashboard(app: App, args: argparse.Namespace) -> None:
+    try:  # the extra's packages are imported only here: asyncq itself never needs them
+        from asyncq.dashboard import serve
+    except ImportError as exc:
+        raise CommandError(
+            f"the dashboard needs its extra: pip install 'asyncq[dashboard]' ({exc})"
+        ) from None
+    async with app:
+        await serve.serve(app, host=args.host, port=args.port, read_only=args.read_only)
+
+
 class _Refused(Exception):
     """Some jobs were refused: exit 1 after printing why."""
 
@@ -540,6 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queues": _queues,
         "stats": _stats,
         "prune": _prune,
+        "dashboard": _dashboard,
     }
     try:
         if args.command == "worker":
