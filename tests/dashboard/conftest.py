@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,8 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.ledger import Ledger
+from tests.harness.processes import Workers
 
 Job = Callable[..., int]
 BASE = "http://dash.test"
@@ -77,3 +80,13 @@ def status_of(db: psycopg.Connection[Any], job_id: int) -> str:
     row = db.execute("SELECT status::text FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
     return str(row[0])
+
+
+@pytest.fixture
+def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes of the harness app (`tests.harness`), killed at the end."""
+    started = Workers(dsn, ledger, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
