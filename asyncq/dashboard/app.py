@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -44,7 +44,9 @@ _templates = jinja2.Environment(
     autoescape=True,  # every value on a page is data: task names, arguments, errors
     undefined=jinja2.StrictUndefined,
 )
-_templates.filters["when"] = lambda v: "-" if v is None else f"{v:%Y-%m-%d %H:%M:%S}"
+_templates.filters["when"] = lambda v: (
+    "-" if v is None else f"{v.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+)
 _templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 _STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
 

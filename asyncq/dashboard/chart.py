@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 WIDTH = 720
 HEIGHT = 160
@@ -33,8 +33,9 @@ class Chart:
 
 
 def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minutes: int) -> Chart:
-    """``rows`` (minute, status, jobs) over the last ``minutes`` up to ``now``."""
-    last = now.replace(second=0, microsecond=0)
+    """``rows`` (minute, status, jobs) over the last ``minutes`` up to ``now``; the
+    labels in UTC."""
+    last = now.astimezone(UTC).replace(second=0, microsecond=0)
     slots = [last - timedelta(minutes=minutes - 1 - i) for i in range(minutes)]
     counts: dict[datetime, dict[str, int]] = {slot: {} for slot in slots}
     for minute, status, n in rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -65,6 +65,9 @@ def test_the_chart_stacks_each_minutes_endings_and_scales_to_the_peak() -> None:
         "12:21",
     ]
     assert chart.throughput([], now=now, minutes=60).bars == []
+    # The database's session time zone does not move the bars or the labels.
+    elsewhere = now.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    assert chart.throughput(rows, now=elsewhere, minutes=60) == drawn
 
 
 def test_the_command_without_the_extra_says_how_to_install_it() -> None:
