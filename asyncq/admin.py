@@ -153,6 +153,7 @@ async def resume(conn: Conn, store: Store, queue: str) -> bool:
 
 
 STATUSES = tuple(str(s) for s in Status)
+PAGED = (None, "done", "failed", "cancelled")  # the listings `jobs` pages on by before_id
 MAX_LISTING = 10_000
 
 
@@ -298,13 +299,16 @@ async def jobs(
     before_id: int | None = None,
 ) -> list[JobSummary]:
     """Jobs, newest first, or in the order they will run (queued) or their leases end
-    (running); narrowed by status, queue and task name. ``before_id`` pages on through
-    the newest-first listing of every state (only there: it needs an order by id)."""
+    (running); narrowed by status, queue and task name. ``before_id`` pages on: the jobs
+    listed after that one, for the newest-first listings (every state, or an ended one).
+    """
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
     if before_id is not None:
-        if status is not None:
-            raise ValueError("before_id pages on through jobs of every state, without a status")
+        if status not in PAGED:
+            raise ValueError(
+                f"before_id pages on through jobs newest first, not through {status} ones"
+            )
         [before_id] = job_ids([before_id])
     rows = await store.list_jobs(
         conn,

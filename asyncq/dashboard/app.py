@@ -132,11 +132,13 @@ class Dashboard:
         more = None
         if len(found) > limit:
             found = found[:limit]
-            # Every state, newest first: page on by id. One state: its own order, so the
-            # next page is a longer list (its indexes order by run_at or finished_at).
-            paging = {"before": found[-1].id} if status is None else {"limit": limit + PAGE}
-            if status is not None and limit + PAGE > MAX_PAGE:
-                paging = {}
+            # Newest first (every state, or an ended one): page on after the last job
+            # shown. Queued and running jobs (a backlog, not a history): a longer list.
+            paging: dict[str, int] = (
+                {"before": found[-1].id}
+                if status in admin.PAGED
+                else ({"limit": limit + PAGE} if limit + PAGE <= MAX_PAGE else {})
+            )
             more = urlencode({**filters, **paging}) if paging else None
         others = {k: v for k, v in filters.items() if k != "status"}
         tabs = [("all", urlencode(others), status is None)] + [

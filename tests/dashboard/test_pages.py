@@ -62,10 +62,15 @@ async def test_the_jobs_page_pages_on(client: httpx.AsyncClient, job: Job) -> No
     second = await client.get(more)
     assert _listed(second.text) == ids[::-1][50:]
     assert 'id="more"' not in second.text
-    by_state = await client.get("/jobs?status=done")
-    assert len(_listed(by_state.text)) == 50
-    longer = await client.get(_more(by_state.text))
-    assert len(_listed(longer.text)) == 60
+    done = await client.get("/jobs?status=done")
+    assert _listed(done.text) == ids[::-1][:50]
+    assert _more(done.text) == f"/jobs?status=done&before={ids[10]}"
+    assert _listed((await client.get(_more(done.text))).text) == ids[::-1][50:]
+    queued = [job("t") for _ in range(60)]
+    backlog = await client.get("/jobs?status=queued")
+    assert _listed(backlog.text) == queued[:50]
+    assert _more(backlog.text) == "/jobs?status=queued&limit=100"
+    assert _listed((await client.get(_more(backlog.text))).text) == queued
 
 
 async def test_a_jobs_detail_shows_arguments_error_result_and_timeline(
@@ -91,7 +96,7 @@ async def test_a_missing_job_and_bad_queries_are_refused_clearly(
 ) -> None:
     missing = await client.get("/jobs/12345")
     assert missing.status_code == 404 and "No job 12345" in missing.text
-    for query in ("status=stuck", "limit=abc", "limit=0", "before=-1", "status=failed&before=3"):
+    for query in ("status=stuck", "limit=abc", "limit=0", "before=-1", "status=queued&before=3"):
         refused = await client.get(f"/jobs?{query}")
         assert refused.status_code == 400, query
         assert refused.text.startswith("bad request:"), refused.text
