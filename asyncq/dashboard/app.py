@@ -114,8 +114,9 @@ class Dashboard:
         status = query.get("status") or None
         queue = query.get("queue") or None
         task = query.get("task") or None
-        limit = _whole(query.get("limit"), PAGE, "limit")
-        before = _whole(query.get("before"), None, "before")
+        asked = _whole(query.get("limit"), "limit")
+        limit = PAGE if asked is None else asked
+        before = _whole(query.get("before"), "before")
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequest(f"the limit is from 1 to {MAX_PAGE}")
         async with self.app.pool.connection() as conn:
@@ -213,9 +214,9 @@ class Dashboard:
         return f"/?notice={'resumed' if changed else 'not-paused'}"
 
 
-def _whole(text: str | None, default: int | None, what: str) -> Any:
+def _whole(text: str | None, what: str) -> int | None:
     if text is None or text == "":
-        return default
+        return None
     if not text.isdigit() or len(text) > 19:
         raise BadRequest(f"{what} is a whole number")
     return int(text)
@@ -265,7 +266,8 @@ def create_app(
 
     ``app`` must be open while the dashboard serves (the host opens it in its lifespan,
     as it does to defer jobs). ``authorize(request)`` (a bool or an awaitable of one)
-    decides who may see and act; a refusal is a 403. ``read_only`` hides the actions
+    decides who may see and act; a refusal is a 403 (it sees every request before the
+    dashboard does: it must not read the body). ``read_only`` hides the actions
     and refuses them with 403. ``secret`` signs the CSRF tokens: give the same bytes to
     every process behind one address (default: random per process)."""
     dashboard = Dashboard(app, read_only=read_only, csrf=Csrf(secret))
