@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "-n", "--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)"
     )
+    jobs.add_argument(
+        "--before",
+        type=int,
+        metavar="ID",
+        help="the next page: jobs listed after this one (without --status, or an ended one)",
+    )
     jobs.add_argument("--json", action="store_true", help="one JSON object per job")
 
     job = commands.add_parser("job", help="one job in full", description="Show one job in full.")
@@ -357,7 +363,13 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
 async def _jobs(app: App, args: argparse.Namespace) -> None:
     async with app, app.pool.connection() as conn:
         found = await admin.jobs(
-            conn, app.store, status=args.status, queue=args.queue, task=args.task, limit=args.limit
+            conn,
+            app.store,
+            status=args.status,
+            queue=args.queue,
+            task=args.task,
+            limit=args.limit,
+            before_id=args.before,
         )
     if args.json:
         for summary in found:
