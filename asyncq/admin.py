@@ -153,6 +153,7 @@ async def resume(conn: Conn, store: Store, queue: str) -> bool:
 
 
 STATUSES = tuple(str(s) for s in Status)
+PAGED = (None, "done", "failed", "cancelled")  # the listings `jobs` pages on by before_id
 MAX_LISTING = 10_000
 
 
@@ -295,17 +296,27 @@ async def jobs(
     queue: str | None = None,
     task: str | None = None,
     limit: int = 20,
+    before_id: int | None = None,
 ) -> list[JobSummary]:
     """Jobs, newest first, or in the order they will run (queued) or their leases end
-    (running); narrowed by status, queue and task name."""
+    (running); narrowed by status, queue and task name. ``before_id`` pages on: the jobs
+    listed after that one, for the newest-first listings (every state, or an ended one).
+    """
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
+    if before_id is not None:
+        if status not in PAGED:
+            raise ValueError(
+                f"before_id pages on through jobs newest first, not through {status} ones"
+            )
+        [before_id] = job_ids([before_id])
     rows = await store.list_jobs(
         conn,
         status=status,
         queue=None if queue is None else validate_name("queue", queue),
         task=None if task is None else validate_name("task", task),
         limit=_limit(limit),
+        before_id=before_id,
     )
     return [JobSummary.from_row(row) for row in rows]
 

@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "-n", "--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)"
     )
+    jobs.add_argument(
+        "--before",
+        type=int,
+        metavar="ID",
+        help="the next page: jobs listed after this one (without --status, or an ended one)",
+    )
     jobs.add_argument("--json", action="store_true", help="one JSON object per job")
 
     job = commands.add_parser("job", help="one job in full", description="Show one job in full.")
@@ -211,6 +217,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="for example 90s, 30m, 12h, 7d (default 1d)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object")
+
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve the web dashboard",
+        description="Serve the web dashboard (extra asyncq[dashboard]): queues, jobs by"
+        " state, a job's detail, throughput, and requeue / cancel / pause / resume. Binds to"
+        " localhost unless told otherwise; it has no login of its own.",
+    )
+    dashboard.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)"
+    )
+    dashboard.add_argument(
+        "--port", type=int, default=8080, help="the port to listen on (default 8080)"
+    )
+    dashboard.add_argument(
+        "--read-only", action="store_true", help="show no actions and refuse them with 403"
+    )
     return parser
 
 
@@ -339,7 +363,13 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
 async def _jobs(app: App, args: argparse.Namespace) -> None:
     async with app, app.pool.connection() as conn:
         found = await admin.jobs(
-            conn, app.store, status=args.status, queue=args.queue, task=args.task, limit=args.limit
+            conn,
+            app.store,
+            status=args.status,
+            queue=args.queue,
+            task=args.task,
+            limit=args.limit,
+            before_id=args.before,
         )
     if args.json:
         for summary in found:
@@ -492,6 +522,17 @@ async def _prune(app: App, args: argparse.Namespace) -> None:
         )
 
 
+async def _dashboard(app: App, args: argparse.Namespace) -> None:
+    try:  # the extra's packages are imported only here: asyncq itself never needs them
+        from asyncq.dashboard import serve
+    except ImportError as exc:
+        raise CommandError(
+            f"the dashboard needs its extra: pip install 'asyncq[dashboard]' ({exc})"
+        ) from None
+    async with app:
+        await serve.serve(app, host=args.host, port=args.port, read_only=args.read_only)
+
+
 class _Refused(Exception):
     """Some jobs were refused: exit 1 after printing why."""
 
@@ -540,6 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queues": _queues,
         "stats": _stats,
         "prune": _prune,
+        "dashboard": _dashboard,
     }
     try:
         if args.command == "worker":

@@ -382,6 +382,7 @@ class Store:
         queue: str | None,
         task: str | None,
         limit: int,
+        before_id: int | None = None,
     ) -> list[tuple[Any, ...]]:
         query = {
             None: "list_all",
@@ -391,7 +392,13 @@ class Store:
             "failed": "list_ended",
             "cancelled": "list_ended",
         }[status]
-        params = {"status": status, "queue": queue, "task": task, "limit": limit}
+        params = {
+            "status": status,
+            "queue": queue,
+            "task": task,
+            "limit": limit,
+            "before_id": before_id,
+        }
         return await (await conn.execute(self.q[query], params)).fetchall()
 
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:

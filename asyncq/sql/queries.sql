@@ -621,31 +621,44 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
  LIMIT %(limit)s
 
 -- name: list_done
+-- Newest first; %(before_id)s (NULL: from the newest) pages on after that job. Many jobs
+-- end in one batch at the same instant: the id orders them, sorted within each instant
+-- as the index hands them over.
+WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
        created_at, finished_at, locked_by, last_error
   FROM asyncq_jobs
  WHERE status = 'done'
+   AND (%(before_id)s::bigint IS NULL
+        OR (finished_at <= (SELECT finished_at FROM after)
+            AND (finished_at, id) < (SELECT finished_at, id FROM after)))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task_name = %(task)s)
- ORDER BY finished_at DESC
+ ORDER BY finished_at DESC, id DESC
  LIMIT %(limit)s
 
 -- name: list_ended
--- Failed or cancelled jobs (%(status)s), newest first.
+-- Failed or cancelled jobs (%(status)s), newest first, paged on as list_done is.
+WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
        created_at, finished_at, locked_by, last_error
   FROM asyncq_jobs
  WHERE status IN ('failed', 'cancelled') AND status = %(status)s::asyncq_job_status
+   AND (%(before_id)s::bigint IS NULL
+        OR (finished_at <= (SELECT finished_at FROM after)
+            AND (finished_at, id) < (SELECT finished_at, id FROM after)))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task_name = %(task)s)
- ORDER BY finished_at DESC
+ ORDER BY finished_at DESC, id DESC
  LIMIT %(limit)s
 
 -- name: list_all
+-- Newest first; %(before_id)s (NULL: from the newest) pages on by the primary key.
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
        created_at, finished_at, locked_by, last_error
   FROM asyncq_jobs
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+ WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task_name = %(task)s)
  ORDER BY id DESC
  LIMIT %(limit)s

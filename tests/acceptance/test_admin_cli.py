@@ -41,6 +41,14 @@ def test_jobs_job_and_queues_show_what_the_table_holds(db, workers: Workers) -> 
     assert lines[0].split()[:4] == ["id", "task", "queue", "status"]
     assert len(lines) == 2 and f"{failed[0]} " in lines[1] and "RuntimeError" in lines[1]
 
+    pages = [workers.cli("jobs", APP, "--status", "done", "-n", "2", "--json")]
+    last = json.loads(pages[0].stdout.splitlines()[-1])["id"]
+    pages.append(workers.cli("jobs", APP, "-s", "done", "-n", "2", "--before", str(last), "--json"))
+    paged = [json.loads(line)["id"] for page in pages for line in page.stdout.splitlines()]
+    assert sorted(paged) == done
+    refused = workers.cli("jobs", APP, "--status", "queued", "--before", "1")
+    assert refused.returncode == 2 and "before_id" in refused.stderr
+
     as_json = workers.cli("jobs", APP, "--queue", "risky", "--json")
     [row] = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert (row["id"], row["status"], row["queue"]) == (failed[0], "failed", "risky")

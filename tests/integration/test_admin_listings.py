@@ -60,7 +60,13 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
     # One test, so that the million rows are written once.
     for status, query, index in LISTINGS:
         for queue, task in ((None, None), ("mail", None), (None, "b.task")):
-            params = {"status": status, "queue": queue, "task": task, "limit": 10}
+            params = {
+                "status": status,
+                "queue": queue,
+                "task": task,
+                "limit": 10,
+                "before_id": None if status in ("queued", "running") else ROWS // 2,
+            }
             found = await plan(app, query, params)
             assert "Seq Scan" not in found, (status, queue, task, found)
             assert index in found, (status, queue, task, found)
@@ -68,6 +74,17 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
             listed = await admin.jobs(conn, app.store, status=status, limit=10)
         assert len(listed) == 10
         assert status is None or {j.status for j in listed} == {status}
+    async with app.pool.connection() as conn:
+        first = await admin.jobs(conn, app.store, limit=10)
+        second = await admin.jobs(conn, app.store, limit=10, before_id=first[-1].id)
+        assert [j.id for j in first + second] == list(range(ROWS, ROWS - 20, -1))
+        for status in ("done", "failed"):
+            whole = await admin.jobs(conn, app.store, status=status, limit=20)
+            first = await admin.jobs(conn, app.store, status=status, limit=10)
+            second = await admin.jobs(
+                conn, app.store, status=status, limit=10, before_id=first[-1].id
+            )
+            assert first + second == whole
 
     for query in ("queue_overview", "state_counts"):
         found = await plan(app, query, {})
@@ -90,4 +107,29 @@ async def test_bad_listing_arguments_are_refused(app: asyncq.App) -> None:
             await admin.jobs(conn, app.store, limit=0)
         with pytest.raises(asyncq.InvalidName):
             await admin.jobs(conn, app.store, queue="")
+        with pytest.raises(ValueError, match="before_id"):
+            await admin.jobs(conn, app.store, status="queued", before_id=5)
         assert await admin.job(conn, app.store, 10**12) is None
+
+
+async def test_paging_on_through_jobs_that_ended_at_the_same_instant(
+    app: asyncq.App, db: Any
+) -> None:
+    # A batch of outcomes is written by one statement: its jobs share one finished_at.
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+        " SELECT 't', s, now() FROM generate_series(1, 25),"
+        "      unnest('{done,failed}'::asyncq_job_status[]) AS s"
+    )
+    for status in ("done", "failed"):
+        pages: list[list[int]] = []
+        async with app.pool.connection() as conn:
+            while True:
+                before = pages[-1][-1] if pages else None
+                page = await admin.jobs(conn, app.store, status=status, limit=10, before_id=before)
+                if not page:
+                    break
+                pages.append([j.id for j in page])
+        shown = [i for page in pages for i in page]
+        assert [len(p) for p in pages] == [10, 10, 5]
+        assert shown == sorted(shown, reverse=True) and len(set(shown)) == 25

@@ -1,0 +1,279 @@
+"""The dashboard's ASGI app: pages that read through `asyncq.admin`, and actions that
+write through it, only by POST with a CSRF token."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from asyncq import admin
+from asyncq.app import App
+from asyncq.dashboard import chart, metrics
+from asyncq.dashboard.csrf import FIELD, Csrf
+from asyncq.dashboard.guard import Authorize, Guard
+
+PAGE = 50
+MAX_PAGE = 1000
+CHART_MINUTES = 60
+MAX_FORM_BYTES = 4096
+
+NOTICES = {
+    "requeued": "Requeued: the job waits for a worker.",
+    "not-requeued": "Not requeued: only a failed or cancelled job can be.",
+    "cancelled": "Cancelled.",
+    "aborting": "Cancelling: its worker stops it and writes it cancelled.",
+    "not-cancelled": "Not cancelled: the job had ended already.",
+    "paused": "Paused: no worker claims from this queue now.",
+    "already-paused": "The queue was paused already.",
+    "resumed": "Resumed: workers claim from this queue again.",
+    "not-paused": "The queue was not paused.",
+}
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("asyncq.dashboard", "templates"),
+    autoescape=True,  # every value on a page is data: task names, arguments, errors
+    undefined=jinja2.StrictUndefined,
+)
+_templates.filters["when"] = lambda v: (
+    "-" if v is None else f"{v.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+)
+_templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+_STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class BadRequest(Exception):
+    """A query or form value the dashboard refuses (400)."""
+
+
+class Dashboard:
+    """The routes; one per page or action."""
+
+    def __init__(self, app: App, *, read_only: bool, csrf: Csrf) -> None:
+        self.app = app
+        self.read_only = read_only
+        self.csrf = csrf
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.queues_page, name="queues"),
+            Route("/jobs", self.jobs_page, name="jobs"),
+            Route("/jobs/{job_id:int}", self.job_page, name="job"),
+            Route("/jobs/{job_id:int}/requeue", self.action(self.requeue), methods=["POST"]),
+            Route("/jobs/{job_id:int}/cancel", self.action(self.cancel), methods=["POST"]),
+            Route("/queues/pause", self.action(self.pause), methods=["POST"]),
+            Route("/queues/resume", self.action(self.resume), methods=["POST"]),
+            Route("/metrics", self.metrics),
+            Route("/style.css", self.style),
+        ]
+
+    # -- pages ---------------------------------------------------------------------------
+
+    def render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response:
+        nonce, new = self.csrf.nonce(request)
+        notice = NOTICES.get(request.query_params.get("notice", ""))
+        html = _templates.get_template(template).render(
+            base=request.scope.get("root_path", ""),
+            read_only=self.read_only,
+            csrf_field=FIELD,
+            csrf_token=self.csrf.token(nonce),
+            notice=notice,
+            statuses=admin.STATUSES,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        if new:
+            self.csrf.set_cookie(request, response, nonce)
+        return response
+
+    async def queues_page(self, request: Request) -> Response:
+        async with self.app.pool.connection() as conn:
+            queues = await admin.queues(conn, self.app.store)
+            stats = await admin.stats(conn, self.app.store, minutes=CHART_MINUTES)
+            schedules = await admin.schedules(conn, self.app.store, self.app.schedules.values())
+        drawn = chart.throughput(stats.throughput, now=stats.now, minutes=CHART_MINUTES)
+        return self.render(
+            request, "queues.html", queues=queues, stats=stats, chart=drawn, schedules=schedules
+        )
+
+    async def jobs_page(self, request: Request) -> Response:
+        query = request.query_params
+        status = query.get("status") or None
+        queue = query.get("queue") or None
+        task = query.get("task") or None
+        asked = _whole(query.get("limit"), "limit")
+        limit = PAGE if asked is None else asked
+        before = _whole(query.get("before"), "before")
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"the limit is from 1 to {MAX_PAGE}")
+        async with self.app.pool.connection() as conn:
+            found = await admin.jobs(
+                conn,
+                self.app.store,
+                status=status,
+                queue=queue,
+                task=task,
+                limit=limit + 1,
+                before_id=before,
+            )
+        filters = {k: v for k, v in (("status", status), ("queue", queue), ("task", task)) if v}
+        more = None
+        if len(found) > limit:
+            found = found[:limit]
+            # Newest first (every state, or an ended one): page on after the last job
+            # shown. Queued and running jobs (a backlog, not a history): a longer list.
+            paging: dict[str, int] = (
+                {"before": found[-1].id}
+                if status in admin.PAGED
+                else ({"limit": limit + PAGE} if limit + PAGE <= MAX_PAGE else {})
+            )
+            more = urlencode({**filters, **paging}) if paging else None
+        others = {k: v for k, v in filters.items() if k != "status"}
+        tabs = [("all", urlencode(others), status is None)] + [
+            (s, urlencode({**others, "status": s}), s == status) for s in admin.STATUSES
+        ]
+        return self.render(
+            request,
+            "jobs.html",
+            jobs=found,
+            filters=filters,
+            tabs=tabs,
+            more=more,
+            paged=before is not None,
+        )
+
+    async def job_page(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        async with self.app.pool.connection() as conn:
+            found = await admin.job(conn, self.app.store, job_id)
+        if found is None:
+            return self.render(request, "missing.html", status=404, job_id=job_id)
+        return self.render(request, "job.html", job=found, timeline=_timeline(found))
+
+    async def metrics(self, request: Request) -> Response:
+        async with self.app.pool.connection() as conn:
+            queues = await admin.queues(conn, self.app.store)
+        return PlainTextResponse(metrics.exposition(queues), media_type=metrics.CONTENT_TYPE)
+
+    async def style(self, request: Request) -> Response:
+        return Response(_STYLE, media_type="text/css")
+
+    # -- actions -------------------------------------------------------------------------
+
+    def action(self, do: Callable[[Request, dict[str, str]], Awaitable[str]]) -> Handler:
+        """A POST handler: refused when read-only or without a valid CSRF token; else
+        ``do`` acts and names the page to go back to."""
+
+        async def handle(request: Request) -> Response:
+            if self.read_only:
+                return PlainTextResponse("the dashboard is read-only", status_code=403)
+            form = await _form(request)
+            if not self.csrf.valid(request, form.get(FIELD, "")):
+                return PlainTextResponse(
+                    "refused: a missing or stale form token (reload the page)", status_code=403
+                )
+            target = await do(request, form)
+            return RedirectResponse(request.scope.get("root_path", "") + target, status_code=303)
+
+        return handle
+
+    async def requeue(self, request: Request, form: dict[str, str]) -> str:
+        job_id = request.path_params["job_id"]
+        async with self.app.pool.connection() as conn:
+            result = await admin.requeue(conn, self.app.store, [job_id])
+        return f"/jobs/{job_id}?notice={'requeued' if result.requeued else 'not-requeued'}"
+
+    async def cancel(self, request: Request, form: dict[str, str]) -> str:
+        job_id = request.path_params["job_id"]
+        async with self.app.pool.connection() as conn:
+            outcome = (await admin.cancel(conn, self.app.store, [job_id]))[job_id]
+        notice = outcome if outcome in ("cancelled", "aborting") else "not-cancelled"
+        return f"/jobs/{job_id}?notice={notice}"
+
+    async def pause(self, request: Request, form: dict[str, str]) -> str:
+        async with self.app.pool.connection() as conn:
+            changed = await admin.pause(conn, self.app.store, form.get("queue", ""))
+        return f"/?notice={'paused' if changed else 'already-paused'}"
+
+    async def resume(self, request: Request, form: dict[str, str]) -> str:
+        async with self.app.pool.connection() as conn:
+            changed = await admin.resume(conn, self.app.store, form.get("queue", ""))
+        return f"/?notice={'resumed' if changed else 'not-paused'}"
+
+
+def _whole(text: str | None, what: str) -> int | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or len(text) > 19:
+        raise BadRequest(f"{what} is a whole number")
+    return int(text)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the first value of each); Starlette's own form
+    parser needs python-multipart, which these small forms do not."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise BadRequest("the form is too large")
+    try:
+        fields = parse_qs(body.decode(), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise BadRequest("the form is not UTF-8") from None
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _timeline(job: admin.JobDetail) -> list[tuple[str, datetime]]:
+    moments = [
+        ("created", job.created_at),
+        ("scheduled for", job.scheduled_at),
+        ("runs at" if job.status == "queued" else "run at", job.run_at),
+        ("locked", job.locked_at),
+        ("lease ends", job.expires_at),
+        ("cancel asked", job.abort_requested_at),
+        ("finished", job.finished_at),
+    ]
+    return sorted(((what, at) for what, at in moments if at is not None), key=lambda m: m[1])
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return PlainTextResponse(f"bad request: {exc}", status_code=400)
+
+
+def create_app(
+    app: App,
+    *,
+    read_only: bool = False,
+    authorize: Authorize | None = None,
+    secret: bytes | None = None,
+) -> Guard:
+    """The dashboard of ``app`` as an ASGI app, to serve or to mount
+    (``host.mount("/jobs", create_app(app, authorize=is_admin))``).
+
+    ``app`` must be open while the dashboard serves (the host opens it in its lifespan,
+    as it does to defer jobs). ``authorize(request)`` (a bool or an awaitable of one)
+    decides who may see and act; a refusal is a 403 (it sees every request before the
+    dashboard does: it must not read the body). ``read_only`` hides the actions
+    and refuses them with 403. ``secret`` signs the CSRF tokens: give the same bytes to
+    every process behind one address (default: random per process)."""
+    dashboard = Dashboard(app, read_only=read_only, csrf=Csrf(secret))
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        BadRequest: _bad_request,
+        ValueError: _bad_request,  # admin refused an argument (InvalidName is one)
+    }
+    starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
+    return Guard(starlette, authorize)

@@ -1,0 +1,160 @@
+"""The dashboard in a real headless Chromium, served by a real ``asyncq dashboard``
+process, with real worker processes (`tests.harness`): a failed job found, requeued and
+seen done; hostile values that must not run. Skipped, saying why, without Debian's
+chromium (/usr/bin/chromium) or the playwright package.
+
+With ``$ASYNCQ_SCREENSHOTS`` set to a folder, the walk-through saves the main pages
+there as PNG (docs/screenshots holds the ones the README shows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.dashboard.conftest import needs_the_extra
+from tests.harness.app import APP
+from tests.harness.jobs import insert_jobs, status_of
+from tests.harness.processes import WorkerProcess, Workers, wait_until
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+needs_the_extra()
+if not CHROMIUM.exists():
+    pytest.skip(
+        f"no {CHROMIUM}: the browser tests need Debian's chromium (apt-get install chromium)",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the browser tests need playwright (pip install playwright)"
+)
+
+UNTIL_FIXED = "guarded.until_fixed"
+SCRIPT = "<script>window.pwned = 1; alert('script')</script>"
+IMG = "<img src=x onerror=\"window.pwned = 2; alert('img')\">"
+HOSTILE = SCRIPT + IMG
+
+pytestmark = pytest.mark.browser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def dashboard(workers: Workers, tmp_path: Path) -> Iterator[str]:
+    """``asyncq dashboard`` as its own process on a free port; its base URL."""
+    port = free_port()
+    args = [sys.executable, "-m", "asyncq", "dashboard", APP, "--port", str(port)]
+    process = WorkerProcess(args, workers.env(), tmp_path / "dashboard.log")
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if not process.alive:
+            raise AssertionError(f"the dashboard exited:\n{process.stderr()}")
+        try:
+            with urllib.request.urlopen(url + "/style.css", timeout=2) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(up, 30, "the dashboard to answer")
+        yield url
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True
+        )
+        try:
+            yield browser.new_page(viewport={"width": 1280, "height": 800})
+        finally:
+            browser.close()
+
+
+def screenshot(page: Any, name: str) -> None:
+    folder = os.environ.get("ASYNCQ_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def test_find_a_failed_job_requeue_it_and_see_it_done(
+    dashboard: str, page: Any, workers: Workers, db: psycopg.Connection[Any]
+) -> None:
+    insert_jobs(db, "tests.harness.app.noop", [{"n": n} for n in range(5)], queue="mail")
+    [failing] = insert_jobs(db, UNTIL_FIXED, [{"token": "invoice-17"}], max_attempts=1)
+    worker = workers.start()  # without $HARNESS_FIXED: the task fails
+    wait_until(lambda: status_of(db, failing) == "failed", 30, "the job to fail")
+    workers.stop_all()
+
+    page.goto(dashboard + "/")
+    assert page.locator("#queues").inner_text().count("default") == 1
+    screenshot(page, "queues")
+    page.click("header >> text=Jobs")
+    page.select_option("select[name=status]", "failed")
+    page.click("form.filters button")
+    rows = page.locator("#jobs tbody tr")
+    assert rows.count() == 1
+    assert UNTIL_FIXED in rows.first.inner_text()
+    screenshot(page, "jobs")
+    rows.first.locator("a").first.click()
+    assert page.url == f"{dashboard}/jobs/{failing}"
+    assert page.inner_text("#status") == "failed"
+    assert "RuntimeError: not fixed yet" in page.inner_text("#error")
+    assert "invoice-17" in page.inner_text("#args")
+    screenshot(page, "job")
+
+    page.click("#requeue")
+    assert "Requeued" in page.inner_text(".notice")
+    assert page.inner_text("#status") == "queued"
+    assert status_of(db, failing) == "queued"
+
+    workers.start(env=workers.env(HARNESS_FIXED="1"))
+
+    def shown_done() -> bool:
+        page.reload()
+        return bool(page.inner_text("#status") == "done")
+
+    wait_until(shown_done, 30, "the page to show the job done")
+    assert worker.pid != workers.started[-1].pid
+
+
+def test_hostile_values_do_not_run_in_the_browser(
+    dashboard: str, page: Any, db: psycopg.Connection[Any]
+) -> None:
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    ids = insert_jobs(
+        db,
+        HOSTILE,
+        [{HOSTILE: HOSTILE}],
+        queue=HOSTILE,
+        status="failed",
+        last_error=f"{HOSTILE}\n{HOSTILE}",
+        finished_at=db.execute("SELECT now()").fetchone()[0],  # type: ignore[index]
+    )
+    db.execute("UPDATE asyncq_jobs SET result = %s WHERE id = %s", (json.dumps(HOSTILE), ids[0]))
+    for path in ("/", "/jobs", "/jobs?status=failed", f"/jobs/{ids[0]}"):
+        page.goto(dashboard + path)
+        assert page.evaluate("window.pwned") is None, path
+        assert page.locator("script").count() == 0 and page.locator("main img").count() == 0
+    # The values are there, shown as text.
+    assert page.inner_text("#task") == HOSTILE
+    assert HOSTILE in page.inner_text("#error")
+    assert dialogs == []

@@ -1,0 +1,129 @@
+"""Every page of the dashboard, through its ASGI app, on a real database."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.dashboard.conftest import Job, needs_the_extra
+
+needs_the_extra()
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_queues_page_shows_counts_pause_state_and_the_chart(
+    client: httpx.AsyncClient, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    job(queue="mail")
+    job(queue="mail", status="failed", error="boom")
+    job(queue="reports", status="done")
+    db.execute("INSERT INTO asyncq_queues (name, paused_at) VALUES ('reports', now())")
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html = page.text
+    mail = html[html.index(">mail</a>") : html.index("</tr>", html.index(">mail</a>"))]
+    assert 'status=queued">1</a>' in mail and 'status=failed">1</a>' in mail
+    assert "active" in mail and "Pause" in mail
+    reports = html[html.index(">reports</a>") :]
+    assert 'class="paused"' in reports[: reports.index("</tr>")]
+    assert "Resume" in reports[: reports.index("</tr>")]
+    assert '<svg id="throughput"' in html
+    # The done and the failed job ended this minute: two bars in the chart.
+    assert html.count("</title></rect>") == 2, html
+
+
+async def test_the_jobs_page_filters_by_status_queue_and_task(
+    client: httpx.AsyncClient, job: Job
+) -> None:
+    failed = job("a.task", queue="mail", status="failed", error="boom\nmore")
+    job("a.task", queue="other", status="failed")
+    job("b.task", queue="mail", status="failed")
+    queued = job("a.task", queue="mail")
+    page = await client.get("/jobs", params={"status": "failed", "queue": "mail", "task": "a.task"})
+    assert page.status_code == 200
+    ids = _listed(page.text)
+    assert ids == [failed]
+    assert ">boom<" in page.text  # the first line of the error
+    everything = _listed((await client.get("/jobs")).text)
+    assert everything[0] == queued and len(everything) == 4
+
+
+async def test_the_jobs_page_pages_on(client: httpx.AsyncClient, job: Job) -> None:
+    ids = [job("t", status="done") for _ in range(60)]
+    first = await client.get("/jobs")
+    assert _listed(first.text) == ids[::-1][:50]
+    more = _more(first.text)
+    assert more == f"/jobs?before={ids[10]}"
+    second = await client.get(more)
+    assert _listed(second.text) == ids[::-1][50:]
+    assert 'id="more"' not in second.text
+    done = await client.get("/jobs?status=done")
+    assert _listed(done.text) == ids[::-1][:50]
+    assert _more(done.text) == f"/jobs?status=done&before={ids[10]}"
+    assert _listed((await client.get(_more(done.text))).text) == ids[::-1][50:]
+    queued = [job("t") for _ in range(60)]
+    backlog = await client.get("/jobs?status=queued")
+    assert _listed(backlog.text) == queued[:50]
+    assert _more(backlog.text) == "/jobs?status=queued&limit=100"
+    assert _listed((await client.get(_more(backlog.text))).text) == queued
+
+
+async def test_a_jobs_detail_shows_arguments_error_result_and_timeline(
+    client: httpx.AsyncClient, job: Job
+) -> None:
+    traceback = 'Traceback (most recent call last):\n  File "t.py", line 1\nRuntimeError: boom'
+    failed = job("mail.send", status="failed", args='{"to": "ä@example.com"}', error=traceback)
+    done = job("mail.send", status="done", result='{"sent": 3}')
+    page = await client.get(f"/jobs/{failed}")
+    assert page.status_code == 200
+    html = page.text
+    assert "ä@example.com" in html
+    assert "Traceback (most recent call last):" in html and "RuntimeError: boom" in html
+    for moment in ("created", "run at", "finished"):
+        assert f"<th>{moment}</th>" in html
+    assert 'id="requeue"' in html and 'id="cancel"' not in html
+    assert "&#34;sent&#34;: 3" in (await client.get(f"/jobs/{done}")).text
+    assert 'id="cancel"' in (await client.get(f"/jobs/{job()}")).text
+
+
+async def test_a_missing_job_and_bad_queries_are_refused_clearly(
+    client: httpx.AsyncClient,
+) -> None:
+    missing = await client.get("/jobs/12345")
+    assert missing.status_code == 404 and "No job 12345" in missing.text
+    for query in ("status=stuck", "limit=abc", "limit=0", "before=-1", "status=queued&before=3"):
+        refused = await client.get(f"/jobs?{query}")
+        assert refused.status_code == 400, query
+        assert refused.text.startswith("bad request:"), refused.text
+    assert (await client.get(f"/jobs/{2**63}")).status_code == 400
+
+
+async def test_metrics_show_the_queue_depth(client: httpx.AsyncClient, job: Job) -> None:
+    job(queue='odd "queue"\\')
+    job(queue="mail", status="failed")
+    found = await client.get("/metrics")
+    assert found.status_code == 200
+    assert found.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'asyncq_queue_jobs{queue="odd \\"queue\\"\\\\",state="ready"} 1' in found.text
+    assert 'asyncq_queue_jobs{queue="mail",state="failed"} 1' in found.text
+    assert 'asyncq_queue_paused{queue="mail"} 0' in found.text
+
+
+async def test_the_stylesheet_is_served(client: httpx.AsyncClient) -> None:
+    found = await client.get("/style.css")
+    assert found.status_code == 200 and found.headers["content-type"].startswith("text/css")
+
+
+def _listed(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<td class="num"><a href="/jobs/(\d+)">', html)]
+
+
+def _more(html: str) -> str:
+    found = re.search(r'<a id="more" href="([^"]+)"', html)
+    assert found, "no link to more jobs"
+    return found[1].replace("&amp;", "&")

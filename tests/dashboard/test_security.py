@@ -1,0 +1,142 @@
+"""Who may see the dashboard (the host's authorize hook), mounting it under a prefix,
+escaping of hostile values, and the headers every response carries."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+import asyncq
+from tests.dashboard.conftest import Job, client_for, csrf_token, needs_the_extra, status_of
+
+needs_the_extra()
+pytestmark = pytest.mark.anyio
+
+SCRIPT = "<script>window.pwned = 1</script>"
+IMG = '<img src=x onerror="window.pwned = 2">'
+HOSTILE = f"{SCRIPT}{IMG}'\"&"
+
+
+async def test_authorize_refuses_every_route_with_403(app: asyncq.App, job: Job) -> None:
+    from starlette.requests import Request
+
+    from asyncq.dashboard import create_app
+
+    failed = job(status="failed")
+    asked: list[str] = []
+
+    async def only_admins(request: Request) -> bool:
+        asked.append(request.url.path)
+        return request.headers.get("x-role") == "admin"
+
+    async with client_for(create_app(app, authorize=only_admins)) as client:
+        routes = ["/", "/jobs", f"/jobs/{failed}", "/metrics", "/style.css"]
+        for path in routes:
+            refused = await client.get(path)
+            assert refused.status_code == 403, path
+            assert "csrf" not in refused.text and "set-cookie" not in refused.headers
+        refused = await client.post(f"/jobs/{failed}/requeue")
+        assert refused.status_code == 403
+        client.headers["x-role"] = "admin"
+        for path in routes:
+            assert (await client.get(path)).status_code == 200, path
+    assert asked[: len(routes)] == routes
+    # A plain (not async) callable works too; anything but True refuses.
+    for verdict in (False, None, 1, "yes"):
+        async with client_for(create_app(app, authorize=lambda r, v=verdict: v)) as client:
+            assert (await client.get("/")).status_code == 403, verdict
+    assert status_of_failed(app, failed) == "failed"
+
+
+def status_of_failed(app: asyncq.App, job_id: int) -> str:
+    with psycopg.connect(app.dsn) as conn:
+        return status_of(conn, job_id)
+
+
+async def test_mounted_in_a_fastapi_service_under_a_prefix(
+    app: asyncq.App, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    from fastapi import FastAPI
+
+    from asyncq.dashboard import create_app
+
+    failed = job(status="failed")
+    service = FastAPI()
+
+    @service.get("/health")
+    async def health() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    service.mount("/admin/jobs", create_app(app, authorize=lambda r: "x-staff" in r.headers))
+    async with client_for(service) as client:
+        assert (await client.get("/health")).json() == {"ok": "yes"}
+        assert (await client.get("/admin/jobs/")).status_code == 403
+        client.headers["x-staff"] = "1"
+        page = await client.get(f"/admin/jobs/jobs/{failed}")
+        assert page.status_code == 200
+        assert 'href="/admin/jobs/style.css"' in page.text
+        assert f'action="/admin/jobs/jobs/{failed}/requeue"' in page.text
+        assert "path=/admin/jobs;" in page.headers["set-cookie"].lower()
+        listing = await client.get("/admin/jobs/jobs")
+        assert f'href="/admin/jobs/jobs/{failed}"' in listing.text
+        done = await client.post(
+            f"/admin/jobs/jobs/{failed}/requeue", data={"csrf": csrf_token(page.text)}
+        )
+        assert done.status_code == 303
+        assert done.headers["location"] == f"/admin/jobs/jobs/{failed}?notice=requeued"
+    assert status_of(db, failed) == "queued"
+
+
+async def test_hostile_names_arguments_and_errors_are_escaped(
+    client: httpx.AsyncClient, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    import json
+
+    ids = [
+        job(
+            HOSTILE,
+            queue=HOSTILE,
+            status=status,
+            args=json.dumps({HOSTILE: HOSTILE}),
+            error=f"{HOSTILE}\n{HOSTILE}",
+            result=json.dumps(HOSTILE) if status == "done" else None,
+        )
+        for status in ("failed", "done", "queued")
+    ]
+    db.execute(
+        "INSERT INTO asyncq_schedules (name, task_name, cron, tz, queue, last_slot)"
+        " VALUES (%s, %s, '* * * * *', 'UTC', %s, now())",
+        (HOSTILE, HOSTILE, HOSTILE),
+    )
+    pages = ["/", "/jobs", "/jobs?status=failed", *(f"/jobs/{i}" for i in ids)]
+    pages.append("/jobs?" + httpx.QueryParams({"queue": HOSTILE, "task": HOSTILE}).__str__())
+    for path in pages:
+        page = await client.get(path)
+        assert page.status_code == 200, path
+        html = page.text
+        assert HOSTILE[:8] not in html
+        assert not re.search(r"<script|<img", html, re.IGNORECASE), path
+        # onerror= only as text, inside the escaped tag (never an attribute of a tag)
+        inert = re.sub(r"&lt;img src=x onerror=\\?&#34;", "", html)
+        assert inert != html and "onerror=" not in inert.lower(), path
+        assert "&lt;script&gt;" in html, path
+
+
+async def test_every_response_carries_a_strict_content_security_policy(
+    client: httpx.AsyncClient, job: Job
+) -> None:
+    failed = job(status="failed")
+    for path in ("/", "/jobs", f"/jobs/{failed}", "/jobs/999", "/jobs?status=x", "/metrics"):
+        headers = (await client.get(path)).headers
+        policy = headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src" not in policy, path
+        assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["cache-control"] == "no-store"
+    refused = await client.post(f"/jobs/{failed}/cancel")
+    assert refused.status_code == 403 and "content-security-policy" in refused.headers
