@@ -23,6 +23,7 @@ from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
 from asyncq.pools import reconnect_options
+from asyncq.results import Results
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Store
@@ -89,6 +90,7 @@ class App:
         retention: timedelta = timedelta(days=7),
         schema: str | None = None,
         application_name: str = "asyncq",
+        result_poll_interval: float = 1.0,
     ) -> None:
         max_size = (
             max(DEFAULT_POOL_MAX_SIZE, pool_min_size) if pool_max_size is None else pool_max_size
@@ -99,6 +101,8 @@ class App:
             raise ConfigurationError("max_args_bytes must be at least 2")
         if retention < timedelta(0):
             raise ConfigurationError("retention must not be negative")
+        if not result_poll_interval > 0:
+            raise ConfigurationError("result_poll_interval must be a positive number of seconds")
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
                 f"schema must be a lowercase SQL name of at most 50 characters"
@@ -115,6 +119,14 @@ class App:
         self.schema = schema
         self.store = Store(schema)
         self.writer = Writer(self.store, max_args_bytes=max_args_bytes)
+        self.results = Results(
+            store=self.store,
+            pool=lambda: self.pool,
+            connect=lambda: psycopg.AsyncConnection.connect(
+                self.dsn, **self.connect_kwargs(role="results")
+            ),
+            poll_interval=result_poll_interval,
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
         self._middleware: list[Middleware] = []
@@ -282,10 +294,13 @@ class App:
             raise AppNotOpen()
         return self._pool
 
-    def connect_kwargs(self) -> dict[str, Any]:
+    def connect_kwargs(self, *, role: str | None = None) -> dict[str, Any]:
+        """Options of every connection the App opens; ``role`` is added to its
+        application_name (``<name>:<pid>:<role>``)."""
+        name = f"{self.application_name}:{os.getpid()}"
         return {
             "autocommit": True,
-            "application_name": f"{self.application_name}:{os.getpid()}",
+            "application_name": f"{name}:{role}" if role else name,
             # Text travels as UTF-8 whatever the server's encoding: the server converts
             # (and says so when it cannot), and SQL_ASCII text is still decoded as str.
             "client_encoding": "UTF8",
@@ -341,6 +356,7 @@ class App:
         self.writer.open(pool)
 
     async def close(self) -> None:
+        await self.results.close()
         pool, self._pool = self._pool, None
         await self.writer.close()
         if pool is not None:
@@ -418,6 +434,23 @@ class App:
         """Let workers claim from ``queue`` again. False if it was not paused."""
         async with self.pool.connection() as conn:
             return await admin.resume(conn, self.store, queue)
+
+    async def result(self, job_id: int, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Wait for job ``job_id`` to end; return what its task returned (decoded from
+        JSON; None when it returned None or its result could not be stored).
+
+        Raises `JobFailed` (with ``.last_error``) if the job failed, `JobCancelled` if it
+        was cancelled, `JobNotFound` if no job has this id, `TimeoutError` after
+        ``timeout`` seconds. Woken by the notification of the statement that ends the
+        job; every ``result_poll_interval`` seconds (an App option) the jobs still waited
+        for are looked up too, in one query."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+        if self._pool is None:
+            raise AppNotOpen()
+        return await self.results.wait(job_id, timeout)
 
     # -- workers ----------------------------------------------------------------
 

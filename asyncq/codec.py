@@ -1,7 +1,8 @@
 """Job arguments: bound to parameter names, encoded as JSON for the ``args`` column, and
-decoded and fitted to the function again when the job runs. Pure: no I/O.
+decoded and fitted to the function again when the job runs; and tasks' results, encoded
+for the ``result`` column by the same rules. Pure: no I/O.
 
-What can be stored: a JSON object of JSON values, without NUL characters or lone
+What can be stored: JSON values, without NaN or infinities, NUL characters or lone
 surrogates (PostgreSQL's text holds neither), within a size cap.
 """
 
@@ -22,6 +23,7 @@ from asyncq.errors import (
 )
 
 MAX_NAME_LENGTH = 200
+MAX_RESULT_BYTES = 1024 * 1024  # a task's result, as JSON, larger than this is not stored
 
 # A NUL in JSON text is the escape \u0000 whose backslash is not itself escaped.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -76,19 +78,31 @@ def encode(task_name: str, stored: Any, max_bytes: int) -> str:
     """``stored`` (arguments by name, or a list of them) as JSON text that PostgreSQL can
     store; `ArgumentsError` (a TypeError) or `PayloadTooLarge` if it cannot be."""
     what = f"arguments of {task_name}"
+    return _storable_json(stored, what, max_bytes, "App(max_args_bytes=...)", plural=True)
+
+
+def encode_result(task_name: str, result: Any, max_bytes: int = MAX_RESULT_BYTES) -> str:
+    """What a task returned as JSON text that PostgreSQL can store, by the rules of
+    arguments; `ArgumentsError` or `PayloadTooLarge` says why it cannot be."""
+    return _storable_json(result, f"the result of {task_name}", max_bytes, "the cap of results")
+
+
+def _storable_json(value: Any, what: str, max_bytes: int, cap: str, *, plural: bool = False) -> str:
+    if plural:
+        are, contain, refer = "are", "contain", "refer to themselves"
+    else:
+        are, contain, refer = "is", "contains", "refers to itself"
     try:
-        text = to_json(stored)
+        text = to_json(value)
     except (TypeError, ValueError) as exc:
         raise ArgumentsError(f"{what} must be JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise ArgumentsError(f"{what} are nested too deeply, or refer to themselves") from None
+        raise ArgumentsError(f"{what} {are} nested too deeply, or {refer}") from None
     if "\\u0000" in text and _NUL.search(text):
-        raise ArgumentsError(f"{what} contain a NUL character")
+        raise ArgumentsError(f"{what} {contain} a NUL character")
     size = len(text) if text.isascii() else storable(text, what)
     if size > max_bytes:
-        raise PayloadTooLarge(
-            f"{what} are {size} bytes as JSON; the cap is {max_bytes} (App(max_args_bytes=...))"
-        )
+        raise PayloadTooLarge(f"{what} {are} {size} bytes as JSON; the cap is {max_bytes} ({cap})")
     return text
 
 

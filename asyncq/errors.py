@@ -11,7 +11,10 @@
     ├── TaskNotFound              a job names a task this worker does not know
     ├── TaskArgumentsMismatch     a job's stored arguments do not fit its function
     ├── UndecodableArguments      a job's stored arguments cannot be read back in Python
-    └── NotInJob                  current_job() outside a running job
+    ├── NotInJob                  current_job() outside a running job
+    ├── JobNotFound               app.result() for an id no job has
+    ├── JobFailed                 app.result() for a job that failed (.job_id, .last_error)
+    └── JobCancelled              app.result() for a job that was cancelled (.job_id)
 
 Each error's docstring is its default message.
 """
@@ -68,3 +71,41 @@ class UndecodableArguments(AsyncqError):
 
 class NotInJob(AsyncqError):
     """current_job() was called outside a running asyncq job."""
+
+
+class JobNotFound(AsyncqError):
+    """No job has this id (it never existed, or was pruned)."""
+
+    def __init__(self, message: str | None = None, *, job_id: int | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobFailed(AsyncqError):
+    """The job failed: its attempts are used up, or it was discarded."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.last_error = last_error
+
+
+class JobCancelled(AsyncqError):
+    """The job was cancelled."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.last_error = last_error

@@ -57,6 +57,15 @@ class ScheduleRow(NamedTuple):
     now: datetime
 
 
+class JobEnding(NamedTuple):
+    """A job's status and, once it has ended, its result (JSON text) or last error."""
+
+    id: int
+    status: str
+    result: str | None
+    last_error: str | None
+
+
 class WorkerFacts(NamedTuple):
     schema: str
     server_encoding: str
@@ -208,9 +217,14 @@ class Store:
             cur = await conn.execute(self.q["claim_limited"], params)
         return [Job._make(row) for row in await cur.fetchall()]
 
-    async def mark_done(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
-        """Mark jobs done; returns the ids this worker still owned."""
-        cur = await conn.execute(self.q["mark_done"], _fence(worker, jobs))
+    async def mark_done(
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job], results: Sequence[str | None]
+    ) -> set[int]:
+        """Mark jobs done with their results (JSON text, or None to store none); returns
+        the ids this worker still owned."""
+        params = _fence(worker, jobs)
+        params["results"] = list(results)
+        cur = await conn.execute(self.q["mark_done"], params)
         return {int(r[0]) for r in await cur.fetchall()}
 
     async def mark_failed(
@@ -363,6 +377,18 @@ class Store:
                 # It has committed now: run again, and this statement sees that live job.
                 if tries >= REQUEUE_TRIES:
                     raise
+
+    async def job_endings(self, conn: Conn, *, ids: Sequence[int]) -> list[JobEnding]:
+        """The status of each of these jobs that exists, with its result (done) or its
+        last error (failed, cancelled)."""
+        cur = await conn.execute(self.q["job_endings"], {"ids": list(ids)})
+        return [JobEnding._make(row) for row in await cur.fetchall()]
+
+    async def results_channel(self, conn: Conn) -> str:
+        """The channel of news of finished jobs in the jobs table's schema."""
+        row = await (await conn.execute(self.q["results_channel"])).fetchone()
+        assert row is not None
+        return str(row[0])
 
     async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})

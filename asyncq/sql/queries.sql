@@ -2,6 +2,15 @@
 -- With App(schema=...), asyncq_jobs and asyncq_job_status are qualified with that schema.
 -- Writes after the claim are fenced: they touch a row only while it is still
 -- running as the same attempt, claimed by the same worker.
+--
+-- Every statement that can end a job (done, failed, cancelled) announces the ids it
+-- ended on the results channel, for `App.result`'s waiters, with one more CTE:
+--     WITH ended AS (UPDATE ... RETURNING j.id, j.status), announced AS (
+--         SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+--                FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+--     )
+--     SELECT id, status::text FROM ended CROSS JOIN announced
+-- (announced is one row, so the join keeps every row of ended, and makes it run.)
 
 -- name: insert_job
 INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key)
@@ -249,83 +258,116 @@ RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, 
           j.scheduled_at
 
 -- name: mark_done
-UPDATE asyncq_jobs AS j
-   SET status = 'done', finished_at = now(), expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
- WHERE j.id = f.id AND j.claims = f.claim
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id
+-- A result is JSON text, or NULL (the task returned None, or its result is not stored).
+-- The results travel in binary (%(results)b): as a text-format array each JSON string
+-- would be quoted and escaped by the driver, which cost more than the statement itself.
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = 'done', finished_at = now(), expires_at = NULL, result = f.result::jsonb
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(results)b::text[])
+           AS f(id, claim, result)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
+)
+SELECT id FROM ended CROSS JOIN announced
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up
 -- (or at once when give_up is set), or cancelled when a cancel came while it ran.
-UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                     WHEN f.give_up OR j.attempts >= j.max_attempts THEN 'failed'
-                     ELSE 'queued' END::asyncq_job_status,
-       run_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
-                       OR j.abort_requested_at IS NOT NULL
-                     THEN j.run_at ELSE now() + make_interval(secs => f.retry_in) END,
-       finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
-                            OR j.abort_requested_at IS NOT NULL THEN now() END,
-       last_error = f.error,
-       expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(retry_in)s::float8[],
-              %(errors)s::text[], %(give_up)s::bool[]) AS f(id, claim, retry_in, error, give_up)
- WHERE j.id = f.id AND j.claims = f.claim
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id, j.status::text
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN f.give_up OR j.attempts >= j.max_attempts THEN 'failed'
+                         ELSE 'queued' END::asyncq_job_status,
+           run_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                           OR j.abort_requested_at IS NOT NULL
+                         THEN j.run_at ELSE now() + make_interval(secs => f.retry_in) END,
+           finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
+                                OR j.abort_requested_at IS NOT NULL THEN now() END,
+           last_error = f.error,
+           expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(retry_in)s::float8[],
+                  %(errors)s::text[], %(give_up)s::bool[]) AS f(id, claim, retry_in, error, give_up)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id, j.status
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+)
+SELECT id, status::text FROM ended CROSS JOIN announced
 
 -- name: mark_snoozed
 -- The task asked to run again later: back to queued, the attempt not counted (cancelled,
 -- when a cancel came while it ran).
-UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                     ELSE 'queued' END::asyncq_job_status,
-       attempts = j.attempts - 1,
-       run_at = now() + make_interval(secs => f.after), expires_at = NULL,
-       finished_at = CASE WHEN j.abort_requested_at IS NOT NULL THEN now() END
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(after)s::float8[])
-       AS f(id, claim, after)
- WHERE j.id = f.id AND j.claims = f.claim
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id, j.status::text
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                         ELSE 'queued' END::asyncq_job_status,
+           attempts = j.attempts - 1,
+           run_at = now() + make_interval(secs => f.after), expires_at = NULL,
+           finished_at = CASE WHEN j.abort_requested_at IS NOT NULL THEN now() END
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(after)s::float8[])
+           AS f(id, claim, after)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id, j.status
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+)
+SELECT id, status::text FROM ended CROSS JOIN announced
 
 -- name: mark_cancelled
 -- Attempts stopped by a cancel: the job ends cancelled, and is not retried.
-UPDATE asyncq_jobs AS j
-   SET status = 'cancelled', finished_at = now(), expires_at = NULL,
-       last_error = format('Cancelled: attempt %%s of %%s was aborted by a cancel',
-                           j.attempts, j.max_attempts)
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
- WHERE j.id = f.id AND j.claims = f.claim
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id, j.status::text
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = 'cancelled', finished_at = now(), expires_at = NULL,
+           last_error = format('Cancelled: attempt %%s of %%s was aborted by a cancel',
+                               j.attempts, j.max_attempts)
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id, j.status
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+)
+SELECT id, status::text FROM ended CROSS JOIN announced
 
 -- name: release
 -- Hand unfinished jobs back at shutdown. The first hand-backs of a job do not count its
 -- attempt; after %(free)s of them each one does (a job longer than the grace period,
 -- stopped by every deploy, must not loop forever), and the last fails the job. A job a
 -- cancel asked to stop is cancelled instead.
-UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                     WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
-                     THEN 'failed' ELSE 'queued' END::asyncq_job_status,
-       attempts = CASE WHEN j.handbacks >= %(free)s THEN j.attempts ELSE j.attempts - 1 END,
-       handbacks = j.handbacks + 1,
-       run_at = now(), locked_at = NULL, expires_at = NULL,
-       finished_at = CASE WHEN (j.handbacks >= %(free)s AND j.attempts >= j.max_attempts)
-                            OR j.abort_requested_at IS NOT NULL THEN now() END,
-       last_error = CASE WHEN j.handbacks >= %(free)s
-                         THEN format('HandedBack: attempt %%s of %%s was stopped by a worker''s'
-                                     || ' shutdown before it ended; after %%s hand-backs that'
-                                     || ' did not count, each one counts',
-                                     j.attempts, j.max_attempts, %(free)s)
-                         ELSE j.last_error END
-  FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
- WHERE j.id = f.id AND j.claims = f.claim
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id, j.status::text
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
+                         THEN 'failed' ELSE 'queued' END::asyncq_job_status,
+           attempts = CASE WHEN j.handbacks >= %(free)s THEN j.attempts ELSE j.attempts - 1 END,
+           handbacks = j.handbacks + 1,
+           run_at = now(), locked_at = NULL, expires_at = NULL,
+           finished_at = CASE WHEN (j.handbacks >= %(free)s AND j.attempts >= j.max_attempts)
+                                OR j.abort_requested_at IS NOT NULL THEN now() END,
+           last_error = CASE WHEN j.handbacks >= %(free)s
+                             THEN format('HandedBack: attempt %%s of %%s was stopped by a worker''s'
+                                         || ' shutdown before it ended; after %%s hand-backs that'
+                                         || ' did not count, each one counts',
+                                         j.attempts, j.max_attempts, %(free)s)
+                             ELSE j.last_error END
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id, j.status
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+)
+SELECT id, status::text FROM ended CROSS JOIN announced
 
 -- name: heartbeat
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
@@ -343,23 +385,29 @@ SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || 
 -- name: reap_expired
 -- Jobs whose worker stopped renewing the lease: the attempt counts. A job a cancel asked
 -- to stop is cancelled.
-UPDATE asyncq_jobs AS j
-   SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                     WHEN j.attempts >= j.max_attempts THEN 'failed'
-                     ELSE 'queued' END::asyncq_job_status,
-       run_at = now(),
-       finished_at = CASE WHEN j.attempts >= j.max_attempts
-                            OR j.abort_requested_at IS NOT NULL THEN now() END,
-       last_error = format('LeaseExpired: worker %%s stopped renewing its lease during attempt %%s of %%s',
-                           j.locked_by, j.attempts, j.max_attempts),
-       expires_at = NULL
-  FROM (SELECT id FROM asyncq_jobs
-         WHERE status = 'running' AND expires_at < now()
-         ORDER BY expires_at
-         LIMIT %(limit)s
-           FOR NO KEY UPDATE SKIP LOCKED) AS expired
- WHERE j.id = expired.id
-RETURNING j.id, j.status::text
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN j.attempts >= j.max_attempts THEN 'failed'
+                         ELSE 'queued' END::asyncq_job_status,
+           run_at = now(),
+           finished_at = CASE WHEN j.attempts >= j.max_attempts
+                                OR j.abort_requested_at IS NOT NULL THEN now() END,
+           last_error = format('LeaseExpired: worker %%s stopped renewing its lease during attempt %%s of %%s',
+                               j.locked_by, j.attempts, j.max_attempts),
+           expires_at = NULL
+      FROM (SELECT id FROM asyncq_jobs
+             WHERE status = 'running' AND expires_at < now()
+             ORDER BY expires_at
+             LIMIT %(limit)s
+               FOR NO KEY UPDATE SKIP LOCKED) AS expired
+     WHERE j.id = expired.id
+    RETURNING j.id, j.status
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
+           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
+)
+SELECT id, status::text FROM ended CROSS JOIN announced
 
 -- name: prune_done
 DELETE FROM asyncq_jobs
@@ -399,7 +447,7 @@ UNION ALL
 SELECT 'UPDATE (' || c || ')'
   FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
                     'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at',
-                    'abort_requested_at']) AS c
+                    'abort_requested_at', 'result']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
@@ -567,6 +615,8 @@ WITH target AS MATERIALIZED (
     RETURNING j.id, j.claims
 ), told AS (
     SELECT count(pg_notify(asyncq_channel(), chr(30) || id || ':' || claims)) FROM aborting
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM cancelled
 )
 SELECT t.id, CASE WHEN c.id IS NOT NULL THEN 'cancelled'
                   WHEN a.id IS NOT NULL THEN 'aborting'
@@ -574,7 +624,7 @@ SELECT t.id, CASE WHEN c.id IS NOT NULL THEN 'cancelled'
   FROM target AS t
   LEFT JOIN cancelled AS c ON c.id = t.id
   LEFT JOIN aborting AS a ON a.id = t.id
- CROSS JOIN told
+ CROSS JOIN told CROSS JOIN announced
 
 -- name: pause_queue
 -- Returns whether the queue was running until now.
@@ -771,3 +821,16 @@ SELECT date_trunc('minute', finished_at), status::text, count(*)
  WHERE status IN ('failed', 'cancelled') AND finished_at > now() - make_interval(mins => %(minutes)s)
  GROUP BY 1, 2
  ORDER BY 1, 2
+
+-- name: job_endings
+-- How each of these jobs ended (done, failed, cancelled); jobs still queued or running
+-- come back with their status alone, and unknown ids not at all.
+SELECT id, status::text,
+       CASE WHEN status = 'done' THEN result::text END,
+       CASE WHEN status <> 'done' THEN last_error END
+  FROM asyncq_jobs
+ WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: results_channel
+-- The channel of news of finished jobs (migration 0003).
+SELECT asyncq_results_channel()

@@ -8,7 +8,7 @@ A transient database error is retried with backoff. An error that would come bac
 every try (the database refuses a value) costs only the job at fault: the batch is
 written again one outcome at a time, and an outcome refused on its own is replaced by
 a failure that says it could not be recorded, or, if even that is refused, left to
-the job's lease.
+the job's lease. A done job whose result is refused is written done without it.
 """
 
 from __future__ import annotations
@@ -124,7 +124,9 @@ class Completer:
         jobs = [o.job for o in outcomes]
         store, worker = self.store, self.worker
         if kind is Kind.DONE:
-            return dict.fromkeys(await store.mark_done(conn, worker=worker, jobs=jobs), "done")
+            results = [o.result for o in outcomes]
+            done = await store.mark_done(conn, worker=worker, jobs=jobs, results=results)
+            return dict.fromkeys(done, "done")
         if kind is Kind.SNOOZE:
             after = [o.delay for o in outcomes]
             return await store.mark_snoozed(conn, worker=worker, jobs=jobs, after=after)
@@ -174,6 +176,20 @@ class Completer:
 
     async def _refused(self, outcome: Outcome, error: Exception) -> None:
         job = outcome.job
+        if outcome.kind is Kind.DONE and outcome.result is not None:
+            # The database refused the result (a character the server's encoding lacks,
+            # say): the job is done all the same, without it.
+            why = f"the database refused it: {type(error).__name__}: {_first_line(error)}"
+            outcome = outcome._replace(result=None, unstored=why)
+            try:
+                statuses = await self._write_batch([outcome])
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                error = exc
+            else:
+                self._written([outcome], statuses)
+                return
         text = (
             f"OutcomeNotRecorded: the {outcome.kind.value} outcome of attempt {job.attempt}"
             f" could not be recorded: {type(error).__name__}: {_first_line(error)}"

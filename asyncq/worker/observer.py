@@ -231,7 +231,15 @@ class LogObserver(Observer):
             "duration": round(outcome.duration, 6),
         }
         if kind is Kind.DONE:
-            if logger.isEnabledFor(logging.DEBUG):
+            if outcome.unstored is not None:
+                logger.warning(
+                    "job %d (%s) is done, but its result is not stored: %s",
+                    job.id,
+                    job.task_name,
+                    outcome.unstored,
+                    extra={"action": "result_not_stored", **extra},
+                )
+            elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "job %d (%s) done in %.3fs",
                     job.id,

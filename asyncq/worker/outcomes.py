@@ -2,7 +2,9 @@
 
 `decide` takes how the attempt ended (returned, raised, or was stopped by the worker)
 and the task's policy, and returns the `Outcome` to write, or None when there is
-nothing this worker may write (it lost the lease).
+nothing this worker may write (it lost the lease). What a task returned is encoded here,
+in the runner that ran it, as JSON text to store (`codec.encode_result`); a result that
+cannot be stored leaves the job done, without it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import os
 import traceback
 from typing import Any, NamedTuple, Protocol
 
+from asyncq.codec import encode_result
 from asyncq.control import Discard, Retry, Snooze
-from asyncq.errors import UndecodableArguments
+from asyncq.errors import ArgumentsError, UndecodableArguments
 from asyncq.job import Job
 from asyncq.retry import Backoff
 
@@ -37,7 +40,8 @@ class Outcome(NamedTuple):
     kind: Kind
     error: str | None = None  # the row's last_error (RETRY, FAIL)
     delay: float = 0.0  # seconds until the job may run again (RETRY, SNOOZE)
-    result: Any = None  # what the task returned (DONE)
+    result: str | None = None  # DONE: what the task returned, as JSON text; None stores none
+    unstored: str | None = None  # DONE: why what the task returned is not stored
     duration: float = 0.0  # seconds the attempt ran
 
 
@@ -81,7 +85,16 @@ def decide(
     if stop is Stop.LEASE_LOST:
         return None
     if error is None:
-        return Outcome(job, Kind.DONE, result=result, duration=duration)
+        if result is None:
+            return Outcome(job, Kind.DONE, duration=duration)
+        try:
+            stored = encode_result(job.task_name, result)
+        except ArgumentsError as exc:  # the job is done all the same
+            return Outcome(job, Kind.DONE, unstored=str(exc), duration=duration)
+        except Exception as exc:  # noqa: BLE001 - raised by the result's own code
+            text = f"encoding the result of {job.task_name} raised {type(exc).__name__}: {exc}"
+            return Outcome(job, Kind.DONE, unstored=text, duration=duration)
+        return Outcome(job, Kind.DONE, result=stored, duration=duration)
     if stop is Stop.ABORT:
         return Outcome(job, Kind.CANCEL, duration=duration)
     if stop is Stop.SHUTDOWN:

@@ -72,3 +72,14 @@ CREATE TABLE asyncq_rate_starts (
     count      int         NOT NULL CHECK (count > 0),
     PRIMARY KEY (task_name, started_at)
 );
+
+-- Results: news of finished jobs. Every statement that ends jobs (done, failed or
+-- cancelled) sends their ids on asyncq_results_channel() through this function, once per
+-- statement: comma-separated, in chunks of 300 ids (at most 21 bytes an id with its
+-- comma), so that each payload stays below the 8000 bytes PostgreSQL allows. No ids (an
+-- empty array or NULL): nothing is sent.
+CREATE FUNCTION asyncq_notify_ids(channel text, ids bigint[]) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT count(pg_notify(channel, array_to_string(ids[i:i + 299], ',')))
+      FROM generate_series(1, cardinality(ids), 300) AS i
+$$;

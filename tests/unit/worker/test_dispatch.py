@@ -133,7 +133,7 @@ def test_a_cancelled_error_the_task_raises_fails_its_attempt_and_nothing_else() 
         assert h.outcomes[itself_id].kind is Kind.RETRY
         assert "CancelledError" in (h.outcomes[itself_id].error or "")
         assert h.outcomes[slow_id].kind is h.outcomes[again].kind is Kind.DONE
-        assert h.outcomes[again].result == "slow"
+        assert h.outcomes[again].result == '"slow"'  # stored as JSON text
 
     run(main)
 
@@ -179,7 +179,7 @@ def test_a_task_that_swallows_a_stop_and_returns_is_done_and_leaves_no_cancel_be
         second = h.hold("after")
         await h.until(lambda: len(h.outcomes) == 2)
         assert h.outcomes[first].kind is Kind.DONE
-        assert h.outcomes[second].result == "cancelling=0"
+        assert h.outcomes[second].result == '"cancelling=0"'
 
     run(main)
 

@@ -48,3 +48,15 @@ def test_log_lines_carry_an_action_and_never_the_arguments(
     assert "hunter2" not in text and "Traceback" not in text
     assert "job 3 (t.send) attempt 2 of 3 failed, retrying in 2.0s: ValueError: no" in text
     assert "listener connection lost (TimeoutError); trying again in 1.5s" in text
+
+
+def test_a_result_not_stored_is_a_warning_that_names_the_task_and_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    why = "the result of t.send must be JSON-serialisable: Object of type set is not JSON ..."
+    with caplog.at_level(logging.DEBUG, logger="asyncq.worker"):
+        LogObserver().finished(Outcome(JOB, Kind.DONE, unstored=why), "done")
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert getattr(record, "action", None) == "result_not_stored"
+    assert record.getMessage() == f"job 3 (t.send) is done, but its result is not stored: {why}"

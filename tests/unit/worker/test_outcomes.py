@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 import asyncq
+from asyncq.codec import MAX_RESULT_BYTES
 from asyncq.job import Job
 from asyncq.worker.outcomes import Kind, Stop, decide
 
@@ -146,7 +148,53 @@ def test_decide(
     else:
         assert outcome.error is not None and outcome.error.startswith(error), outcome.error
     if kind is Kind.DONE:
-        assert outcome.result == given.get("result")
+        assert outcome.result == json.dumps(given.get("result"))
+        assert outcome.unstored is None
+
+
+@pytest.mark.parametrize(
+    ("returned", "stored"),
+    [
+        (None, None),
+        ({"total": 3, "items": ["a", "ü"]}, '{"total":3,"items":["a","ü"]}'),
+        ([1, 2.5, True, None], "[1,2.5,true,null]"),
+        ("text", '"text"'),
+        ((1, 2), "[1,2]"),
+    ],
+)
+def test_a_returned_value_is_stored_as_json_text(returned: Any, stored: str | None) -> None:
+    outcome = decide(job(), Policy(), result=returned)
+    assert outcome is not None and outcome.kind is Kind.DONE
+    assert (outcome.result, outcome.unstored) == (stored, None)
+
+
+@pytest.mark.parametrize(
+    ("returned", "why"),
+    [
+        ({1, 2}, "the result of t must be JSON-serialisable: Object of type set"),
+        (float("nan"), "the result of t must be JSON-serialisable: Out of range float"),
+        ({"x": float("inf")}, "must be JSON-serialisable: Out of range float"),
+        ("nul \x00 inside", "the result of t contains a NUL character"),
+        ("lone \ud800", "the result of t contain a lone surrogate"),
+        ("x" * (MAX_RESULT_BYTES + 1), "the result of t is 1048579 bytes as JSON; the cap"),
+    ],
+)
+def test_a_result_that_cannot_be_stored_leaves_the_job_done_without_it(
+    returned: Any, why: str
+) -> None:
+    outcome = decide(job(), Policy(), result=returned)
+    assert outcome is not None and outcome.kind is Kind.DONE
+    assert outcome.result is None
+    assert outcome.unstored is not None and why in outcome.unstored, outcome.unstored
+
+
+def test_a_result_whose_own_code_raises_is_not_stored() -> None:
+    class Odd(dict[str, Any]):
+        def items(self) -> Any:
+            raise LookupError("odd")
+
+    outcome = decide(job(), Policy(), result=Odd(a=1))
+    assert outcome is not None and outcome.kind is Kind.DONE and outcome.result is None
 
 
 def test_control_exceptions_validate_their_delays() -> None:
