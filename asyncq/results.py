@@ -68,6 +68,8 @@ class Results:
         # "listening" (after a (re)connect) or "poll".
         self.answered: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
+        self.listening = False  # the LISTEN connection is up
+        self._looking = False
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """What job ``job_id`` returned once it is done; see `App.result`."""
@@ -92,12 +94,19 @@ class Results:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        self.listening = False
         self._fail_all(AppNotOpen("the App was closed while waiting for the job to end"))
 
     @property
     def waiting(self) -> int:
         """How many jobs are waited for."""
         return len(self._waiters)
+
+    @property
+    def settled(self) -> bool:
+        """Listening, and no look due or in flight: whatever ends from now on is heard of
+        by its notification (or by the next poll)."""
+        return self.listening and not self._due and not self._looking
 
     # -- waiters ------------------------------------------------------------------------
 
@@ -164,6 +173,7 @@ class Results:
             due = {job_id: why for job_id, why in due.items() if job_id in self._waiters}
             if not due:
                 continue
+            self._looking = True
             try:
                 async with self.pool().connection() as conn:
                     endings = await self.store.job_endings(conn, ids=list(due))
@@ -178,6 +188,8 @@ class Results:
             except Exception as exc:  # noqa: BLE001 - handed to the waiters
                 self._fail(due, exc)
                 continue
+            finally:
+                self._looking = False
             failures = 0
             self._settle(due, endings)
 
@@ -203,13 +215,16 @@ class Results:
                     failures = 0
                     for job_id in self._waiters:  # what ended while we were not listening
                         self._due_a_look(job_id, "listening")
+                    self.listening = True
                     await self._notified(conn)
             except TRANSIENT_ERRORS as exc:
+                self.listening = False
                 failures += 1
                 delay = backoff_delay(failures)
                 _log_failure("results listener connection lost", exc, delay)
                 await asyncio.sleep(delay)
             except Exception as exc:  # noqa: BLE001 - handed to the waiters
+                self.listening = False
                 self._fail_all(exc)
                 return
 

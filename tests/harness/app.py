@@ -89,6 +89,22 @@ async def fail_slowly_retried() -> None:
     raise RuntimeError("fails on purpose")
 
 
+@app.task
+async def echo(value: object = None) -> object:
+    """Returns its argument: the job's result."""
+    record("start")
+    record("end")
+    return value
+
+
+@app.task
+async def unstorable(kind: str) -> object:
+    """Returns what cannot be stored as JSON: a set, or NaN."""
+    record("start")
+    record("end")
+    return {1, 2} if kind == "set" else float("nan")
+
+
 # -- tasks that misbehave ------------------------------------------------------------------
 
 
@@ -225,5 +241,6 @@ NOOP, SLEEP, WORK, FAIL = noop.name, sleep.name, work.name, fail.name
 SLEEP_BY_ATTEMPT, FAIL_SLOWLY_RETRIED = sleep_by_attempt.name, fail_slowly_retried.name
 KILL_OWN_WORKER, FREEZE_THEN, STUBBORN = kill_own_worker.name, freeze_then.name, stubborn.name
 HOLD_CONNECTION, TAKES = hold_connection.name, takes.name
+ECHO, UNSTORABLE = echo.name, unstorable.name
 RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
 GUARDED = [name for name in app.tasks if name.startswith("guarded.")]
