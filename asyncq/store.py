@@ -218,12 +218,17 @@ class Store:
         return [Job._make(row) for row in await cur.fetchall()]
 
     async def mark_done(
-        self, conn: Conn, *, worker: str, jobs: Sequence[Job], results: Sequence[str | None]
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        results: Sequence[str | None] | None = None,
     ) -> set[int]:
-        """Mark jobs done with their results (JSON text, or None to store none); returns
-        the ids this worker still owned."""
+        """Mark jobs done with their results (JSON text, or None to store none; no
+        ``results``: none); returns the ids this worker still owned."""
         params = _fence(worker, jobs)
-        params["results"] = list(results)
+        params["results"] = [None] * len(jobs) if results is None else list(results)
         cur = await conn.execute(self.q["mark_done"], params)
         return {int(r[0]) for r in await cur.fetchall()}
 

@@ -36,13 +36,18 @@ SAME_ROW_INSERT = (
 )
 
 
-def make_app(dsn: str, package: str = PACKAGE) -> Any:
-    """An ``App`` of ``package`` (asyncq, or the baseline's copy) with the two bench tasks."""
+# What the no-op task returns in the variant "result": a small result to store.
+SMALL_RESULT = {"ok": True, "count": 3, "name": "small"}
+
+
+def make_app(dsn: str, package: str = PACKAGE, *, returns: Any = None) -> Any:
+    """An ``App`` of ``package`` (asyncq, or the baseline's copy) with the two bench tasks;
+    the no-op task returns ``returns``."""
     app = importlib.import_module(package).App(dsn, application_name="asyncq-bench")
 
     @app.task(name=NOOP)
-    async def noop() -> None:
-        pass
+    async def noop() -> Any:
+        return returns
 
     @app.task(name=STAMP)
     async def stamp(sent_at: float) -> None:
@@ -149,8 +154,10 @@ SYSTEM = AsyncqSystem
 
 
 async def serve(package: str, options: WorkerOptions, ready: Ready) -> None:
-    """Run a worker of ``package``'s App; say which code it runs (``CODE <file>`` on stdout)."""
-    app = make_app(options.dsn, package)
+    """Run a worker of ``package``'s App; say which code it runs (``CODE <file>`` on stdout).
+    In the variant ``result`` its no-op task returns a small dict."""
+    returns = SMALL_RESULT if options.variant == "result" else None
+    app = make_app(options.dsn, package, returns=returns)
     print(f"CODE {code_of(app)}", flush=True)
     if package != PACKAGE:
         mixed = sorted(m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + "."))
