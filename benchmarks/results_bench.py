@@ -60,12 +60,15 @@ async def worker_rates(system: AsyncqSystem, rounds: int, jobs: int, logs: Path)
             rates[variant].append(run["rate"])
             print(f"  round {n + 1}: {variant:>6}: {run['rate']:>9,.0f} jobs/s", flush=True)
     none, result = median(rates["none"]), median(rates["result"])
+    pairs = [r / n for n, r in zip(rates["none"], rates["result"], strict=True)]
     assert none is not None and result is not None
     return {
         "rates": rates,
         "median_none": none,
         "median_result": result,
         "ratio": result / none,
+        "round_ratios": pairs,
+        "median_round_ratio": median(pairs),
         "per_job_us": (1 / result - 1 / none) * 1e6,
     }
 

@@ -336,3 +336,31 @@ async def test_the_reaper_and_the_hand_back_announce_the_jobs_they_fail(
         }
         assert await store.reap_expired(conn, limit=10) == {ids[0]: "failed", ids[1]: "failed"}
     assert heard(listener) == [str(ids[2]), f"{ids[0]},{ids[1]}"]
+
+
+async def test_a_result_the_database_refuses_leaves_the_job_done_without_it(
+    server_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.integration.test_encodings import database_in
+
+    with database_in(server_dsn, "LATIN1") as latin1:
+        app = asyncq.App(latin1)
+
+        @app.task(name="results.tick")
+        async def tick(refused: bool) -> dict[str, str]:
+            return {"mark": "✓" if refused else "café"}  # LATIN1 has no ✓
+
+        async with app:
+            await app.migrate()
+            storable = await tick.defer(False)
+            refused = await tick.defer(True)
+            with caplog.at_level(logging.WARNING, logger="asyncq.worker"):
+                stats = await app.run_worker(drain=True, handle_signals=False)
+            assert stats.done == 2
+            assert await app.result(storable, timeout=10) == {"mark": "café"}
+            assert await app.result(refused, timeout=10) is None
+    [warning] = [r for r in caplog.records if getattr(r, "action", None) == "result_not_stored"]
+    assert f"job {refused} (results.tick) is done, but its result is not stored:" in (
+        warning.getMessage()
+    )
+    assert "the database refused it: UntranslatableCharacter" in warning.getMessage()
