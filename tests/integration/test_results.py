@@ -186,6 +186,32 @@ async def test_a_waiter_is_woken_by_the_notification(quiet_app: asyncq.App) -> N
     assert quiet_app.results.answered == {"notified": 1}
 
 
+async def test_a_cancel_wakes_the_waiters_of_a_queued_and_of_a_running_job(
+    quiet_app: asyncq.App,
+) -> None:
+    started = asyncio.Event()
+
+    @quiet_app.task(name="results.long")
+    async def long() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    running = await long.defer()
+    queued = await long.options(delay=3600).defer()
+    waiters = [asyncio.ensure_future(quiet_app.result(i, timeout=15)) for i in (running, queued)]
+    worker = asyncio.ensure_future(quiet_app.run_worker(drain=True, handle_signals=False))
+    with anyio.fail_after(10):
+        await started.wait()
+    await until(lambda: quiet_app.results.settled)
+    assert await quiet_app.cancel(running, queued) == {running: "aborting", queued: "cancelled"}
+    for waiter in waiters:
+        with pytest.raises(asyncq.JobCancelled):
+            await waiter
+    await worker
+    # The cancel statement announced the queued job, the worker's write the running one.
+    assert quiet_app.results.answered == {"notified": 2}
+
+
 async def test_the_poll_wakes_a_waiter_whose_job_ended_without_a_notification(
     dsn: str, db: Any
 ) -> None:
