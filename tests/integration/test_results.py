@@ -390,3 +390,29 @@ async def test_a_result_the_database_refuses_leaves_the_job_done_without_it(
         warning.getMessage()
     )
     assert "the database refused it: UntranslatableCharacter" in warning.getMessage()
+
+
+async def test_apps_in_two_schemas_wait_for_their_own_jobs(throwaway_dsn: str) -> None:
+    def app_in(schema: str) -> asyncq.App:
+        app = asyncq.App(throwaway_dsn, schema=schema)
+
+        @app.task(name="results.where")
+        async def where() -> str:
+            return schema
+
+        return app
+
+    apps = [app_in("shop"), app_in("billing")]
+
+    async with apps[0], apps[1]:
+        for app in apps:
+            await app.migrate()
+        # The same id in both schemas: each App's waiter hears of its own job only.
+        ids = [await app.tasks["results.where"].defer() for app in apps]
+        assert ids[0] == ids[1]
+        waiters = [asyncio.ensure_future(app.result(ids[0], timeout=20)) for app in apps]
+        await apps[0].run_worker(drain=True, handle_signals=False)
+        assert await waiters[0] == "shop"
+        assert not waiters[1].done()
+        await apps[1].run_worker(drain=True, handle_signals=False)
+        assert await waiters[1] == "billing"
