@@ -95,6 +95,7 @@ class Results:
         if tasks:
             await asyncio.wait(tasks)
         self.listening = False
+        self._look = asyncio.Event()  # an App may open again, in another event loop
         self._fail_all(AppNotOpen("the App was closed while waiting for the job to end"))
 
     @property

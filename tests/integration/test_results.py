@@ -416,3 +416,25 @@ async def test_apps_in_two_schemas_wait_for_their_own_jobs(throwaway_dsn: str) -
         assert not waiters[1].done()
         await apps[1].run_worker(drain=True, handle_signals=False)
         assert await waiters[1] == "billing"
+
+
+def test_an_app_waits_again_after_it_reopens_in_another_event_loop(dsn: str, db: Any) -> None:
+    app = asyncq.App(dsn, result_poll_interval=NEVER)
+
+    async def wait_once() -> Any:
+        [job_id] = db.execute(
+            "INSERT INTO asyncq_jobs (task_name) VALUES ('t') RETURNING id"
+        ).fetchone()
+        async with app:
+            waiter = asyncio.ensure_future(app.result(job_id, timeout=10))
+            await until(lambda: app.results.settled)  # its look made, it waits for news
+            db.execute(
+                "WITH ended AS (UPDATE asyncq_jobs SET status = 'done', result = '1'"
+                "               WHERE id = %s RETURNING id)"
+                " SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended",
+                (job_id,),
+            )
+            return await waiter
+
+    assert anyio.run(wait_once) == 1
+    assert anyio.run(wait_once) == 1
