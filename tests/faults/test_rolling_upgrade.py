@@ -192,6 +192,7 @@ def test_old_and_new_workers_share_the_table_through_the_migration(
             " JOIN upgrade_runs r ON r.job_id = j.id WHERE r.version = 'new'"
         ).fetchone()
         assert by_new is not None and by_new[1] > 0
+        assert by_new[0] == by_new[1], "a job run by a new worker has no result"
         for worker in started:
             assert "Traceback" not in worker.stderr(), worker.stderr()
         new.send(signal.SIGTERM)

@@ -1,0 +1,55 @@
+"""The names of the contract's Part two (control of jobs), as written there: each exists,
+takes the keywords the contract gives it, and refuses bad input at declaration."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import asyncq
+
+
+def keywords(fn: object) -> set[str]:
+    return set(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+
+
+def test_the_part_two_names_exist_with_their_keywords() -> None:
+    for name in ("Retry", "Snooze", "Discard", "JobFailed", "JobCancelled", "JobNotFound"):
+        assert name in asyncq.__all__, name
+    assert issubclass(asyncq.JobNotFound, asyncq.AsyncqError)
+    app = asyncq.App
+    assert {"cron", "name", "queue", "kwargs", "tz"} <= keywords(app.periodic)
+    assert {"task", "cron", "name", "kwargs", "tz"} <= keywords(app.schedule)
+    assert {"job_id", "timeout"} <= keywords(app.result)
+    assert {"job_ids"} <= keywords(app.cancel)
+    assert {"queue"} <= keywords(app.pause) and {"queue"} <= keywords(app.resume)
+    assert {
+        "queue",
+        "max_attempts",
+        "name",
+        "retry_on",
+        "timeout",
+        "concurrency",
+        "rate_limit",
+        "group_concurrency",
+    } <= keywords(app.task)
+    assert "group" in keywords(asyncq.Task.options)
+    assert "scheduled_at" in {f for f in asyncq.JobContext.__dataclass_fields__}
+    assert asyncq.Retry(after=2).after == 2
+    assert asyncq.Snooze(3).after == 3
+    assert asyncq.Discard("gone").reason == "gone"
+
+
+def test_bad_declarations_are_refused_before_anything_is_written() -> None:
+    app = asyncq.App("postgresql://nowhere.invalid/x")
+
+    async def f() -> None:
+        pass
+
+    with pytest.raises(ValueError):
+        app.periodic(cron="61 * * * *")(f)
+    with pytest.raises(asyncq.ConfigurationError, match="rate_limit"):
+        app.task(name="t.rate", rate_limit="fast")(f)
+    with pytest.raises(asyncq.ConfigurationError, match="concurrency"):
+        app.task(name="t.conc", concurrency=0)(f)
