@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from logging import DEBUG
 
 from asyncq.job import Job
 from asyncq.worker.outcomes import Kind, Outcome
@@ -224,6 +225,8 @@ class LogObserver(Observer):
 
     def finished(self, outcome: Outcome, status: str) -> None:
         kind, job = outcome.kind, outcome.job
+        if kind is Kind.DONE and outcome.unstored is None and not logger.isEnabledFor(DEBUG):
+            return  # the path of nearly every job: nothing to log
         extra = {
             "job_id": job.id,
             "task": job.task_name,
