@@ -13,8 +13,11 @@ query for every id due a look:
   notification, or a job ended by a worker of a version that sends none.
 
 Looks that fall due while one is in flight are made together by the next one. The
-LISTEN connection checks its health with a round trip after ``health_interval``
-seconds without a notification, and reconnects with backoff.
+LISTEN connection checks its health with a round trip every ``health_interval``
+seconds, and reconnects with backoff. That round trip also renews the App's row in
+``asyncq_result_listeners``, written once it listens: the statements that end jobs
+announce them only while such a row is fresh (a NOTIFY costs every commit that sends
+one, and most fleets never wait for a result).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import asyncio
 import collections
 import json
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -69,6 +75,8 @@ class Results:
         self.answered: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
         self.listening = False  # the LISTEN connection is up
+        # This App's row in asyncq_result_listeners, while it listens.
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._looking = False
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Any:  # noqa: ASYNC109
@@ -207,6 +215,8 @@ class Results:
                     with anyio.fail_after(self.health_timeout):
                         channel = await self.store.results_channel(conn)
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        # Only now are the ends of jobs announced: look up after this.
+                        await self.store.results_listening(conn, listener=self.name)
                     if failures:
                         self.reconnects += 1
                         logger.info(
@@ -217,7 +227,11 @@ class Results:
                     for job_id in self._waiters:  # what ended while we were not listening
                         self._due_a_look(job_id, "listening")
                     self.listening = True
-                    await self._notified(conn)
+                    try:
+                        await self._notified(conn)
+                    finally:
+                        with anyio.move_on_after(1, shield=True):
+                            await self.store.results_not_listening(conn, listener=self.name)
             except TRANSIENT_ERRORS as exc:
                 self.listening = False
                 failures += 1
@@ -242,8 +256,8 @@ class Results:
                         continue
                     if job_id in waiters:
                         self._due_a_look(job_id, "notified")
-            with anyio.fail_after(self.health_timeout):
-                await conn.execute("SELECT 1")
+            with anyio.fail_after(self.health_timeout):  # a health check, and a renewal
+                await self.store.results_listening(conn, listener=self.name)
 
 
 def _answer(job_id: int, ending: JobEnding | None) -> Any:

@@ -336,13 +336,18 @@ class Store:
 
     async def missing_worker_privileges(self, conn: Conn, schema: str) -> list[str]:
         """What the connected role lacks to run a worker on ``schema``'s jobs table."""
-        table, migrations, queues = (
+        table, migrations, queues, listeners = (
             sql.Identifier(schema, name).as_string(conn)
-            for name in ("asyncq_jobs", "asyncq_migrations", "asyncq_queues")
+            for name in (
+                "asyncq_jobs",
+                "asyncq_migrations",
+                "asyncq_queues",
+                "asyncq_result_listeners",
+            )
         )
         cur = await conn.execute(
             self.q["missing_worker_privileges"],
-            {"table": table, "migrations": migrations, "queues": queues},
+            {"table": table, "migrations": migrations, "queues": queues, "listeners": listeners},
         )
         return [str(row[0]) for row in await cur.fetchall()]
 
@@ -388,6 +393,12 @@ class Store:
         last error (failed, cancelled)."""
         cur = await conn.execute(self.q["job_endings"], {"ids": list(ids)})
         return [JobEnding._make(row) for row in await cur.fetchall()]
+
+    async def results_listening(self, conn: Conn, *, listener: str) -> None:
+        await conn.execute(self.q["results_listening"], {"listener": listener})
+
+    async def results_not_listening(self, conn: Conn, *, listener: str) -> None:
+        await conn.execute(self.q["results_not_listening"], {"listener": listener})
 
     async def results_channel(self, conn: Conn) -> str:
         """The channel of news of finished jobs in the jobs table's schema."""

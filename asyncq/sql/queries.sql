@@ -459,6 +459,10 @@ UNION ALL
 SELECT 'SELECT on the queue settings table'
  WHERE to_regclass(%(queues)s) IS NOT NULL
    AND NOT has_table_privilege(to_regclass(%(queues)s), 'SELECT')
+UNION ALL
+SELECT 'SELECT on the result listeners table'
+ WHERE to_regclass(%(listeners)s) IS NOT NULL
+   AND NOT has_table_privilege(to_regclass(%(listeners)s), 'SELECT')
 
 -- name: missing_scheduler_privileges
 -- What the connected role lacks to run the scheduler: declare the schedules, and fire
@@ -834,3 +838,12 @@ SELECT id, status::text,
 -- name: results_channel
 -- The channel of news of finished jobs (migration 0003).
 SELECT asyncq_results_channel()
+
+-- name: results_listening
+-- An App's results listener is (still) listening: the statements that end jobs announce
+-- them while a row here is less than a minute old.
+INSERT INTO asyncq_result_listeners AS l (listener) VALUES (%(listener)s)
+ON CONFLICT (listener) DO UPDATE SET seen_at = now()
+
+-- name: results_not_listening
+DELETE FROM asyncq_result_listeners WHERE listener = %(listener)s

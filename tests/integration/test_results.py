@@ -311,6 +311,7 @@ def heard(listener: psycopg.Connection[Any]) -> list[str]:
 def listener(dsn: str, channel: str) -> Any:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'LISTEN "{channel}"')
+        conn.execute("INSERT INTO asyncq_result_listeners (listener) VALUES ('test')")
         yield conn
 
 
@@ -438,3 +439,34 @@ def test_an_app_waits_again_after_it_reopens_in_another_event_loop(dsn: str, db:
 
     assert anyio.run(wait_once) == 1
     assert anyio.run(wait_once) == 1
+
+
+def test_nothing_is_announced_while_no_app_listens(db: Any, channel: str, dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'LISTEN "{channel}"')  # a LISTEN without its row: as if nobody waits
+        db.execute("SELECT asyncq_notify_ids(%s, '{1,2,3}')", (channel,))
+        assert heard(conn) == []
+        conn.execute(
+            "INSERT INTO asyncq_result_listeners (listener, seen_at)"
+            " VALUES ('gone', now() - interval '2 minutes')"
+        )
+        db.execute("SELECT asyncq_notify_ids(%s, '{4}')", (channel,))
+        assert heard(conn) == []  # a row not renewed for a minute: its App is gone
+        conn.execute("UPDATE asyncq_result_listeners SET seen_at = now()")
+        db.execute("SELECT asyncq_notify_ids(%s, '{5}')", (channel,))
+        assert heard(conn) == ["5"]
+
+
+async def test_an_app_listening_for_results_has_its_row_until_it_closes(dsn: str, db: Any) -> None:
+    async with asyncq.App(dsn) as app:
+        [job_id] = db.execute(
+            "INSERT INTO asyncq_jobs (task_name) VALUES ('t') RETURNING id"
+        ).fetchone()
+        waiter = asyncio.ensure_future(app.result(job_id, timeout=10))
+        await until(lambda: app.results.settled)
+        rows = db.execute("SELECT listener FROM asyncq_result_listeners").fetchall()
+        assert rows == [(app.results.name,)]
+        waiter.cancel()
+    await until(
+        lambda: db.execute("SELECT count(*) FROM asyncq_result_listeners").fetchone() == (0,)
+    )
