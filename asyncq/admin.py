@@ -13,6 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from asyncq.codec import validate_name
+from asyncq.display import age
+from asyncq.display import since as since_then
 from asyncq.job import Status
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store
@@ -394,7 +396,7 @@ def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
     if horizon is not None and horizon.seconds is not None and horizon.seconds > max_snapshot_age:
         found.append(
             f"vacuum is held back: {horizon.kind} {horizon.holder} has held a snapshot for"
-            f" {_duration(horizon.seconds)} ({horizon.xids} transactions ago); no dead row"
+            f" {age(horizon.seconds)} ({horizon.xids} transactions ago); no dead row"
             f" newer than it can be removed ({stats.dead_tuples} dead in the jobs table)"
         )
     elif horizon is not None and horizon.seconds is None and horizon.xids > 1_000_000:
@@ -406,21 +408,12 @@ def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
     if stats.dead_tuples > max(DEAD_TUPLES_FLOOR, stats.live_tuples) and (
         last is None or stats.now - last > AUTOVACUUM_LATE
     ):
-        since = "never" if last is None else f"{_duration((stats.now - last).total_seconds())} ago"
+        since = since_then(last, stats.now)
         found.append(
             f"vacuum is falling behind: {stats.dead_tuples} dead row versions against"
             f" {stats.live_tuples} live ones, and the table was last vacuumed {since}"
         )
     return found
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m {seconds % 60}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
 
 
 PRUNE_BATCH = 10_000

@@ -81,31 +81,24 @@ class JobNotFound(AsyncqError):
         self.job_id = job_id
 
 
-class JobFailed(AsyncqError):
+class _JobEnded(AsyncqError):
+    """A job that `App.result` waited for ended without a result."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.last_error = last_error
+
+
+class JobFailed(_JobEnded):
     """The job failed: its attempts are used up, or it was discarded."""
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        job_id: int | None = None,
-        last_error: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.last_error = last_error
 
-
-class JobCancelled(AsyncqError):
+class JobCancelled(_JobEnded):
     """The job was cancelled."""
-
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        job_id: int | None = None,
-        last_error: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.job_id = job_id
-        self.last_error = last_error
