@@ -388,9 +388,14 @@ class App:
     # -- schema -----------------------------------------------------------------
 
     async def migrate(self) -> list[int]:
-        """Create or upgrade the schema; returns the migration versions applied now."""
+        """Create or upgrade the schema; returns the migration versions applied now.
+
+        When a task of this App declares a limit, the index the claim of limited tasks
+        reads is made too (`asyncq_jobs_ready_by_task`).
+        """
+        limited = any(task.limits.any for task in self.tasks.values())
         async with await psycopg.AsyncConnection.connect(self.dsn, **self.connect_kwargs()) as conn:
-            return await migrate.apply(conn, self.schema)
+            return await migrate.apply(conn, self.schema, ready_by_task=limited)
 
     async def requeue(
         self,

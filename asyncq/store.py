@@ -200,10 +200,9 @@ class Store:
         queues: Sequence[str] | None,
         lease: timedelta,
         limits: ClaimLimits,
-        schema: str,
     ) -> list[Job]:
-        """Claim within the limits of the limited tasks: one short transaction, its lock
-        and its claim sent together."""
+        """Claim within the limits of the limited tasks (one call: the function takes the
+        limits lock, then claims)."""
         params: dict[str, Any] = {
             "worker": worker,
             "limit": limit,
@@ -212,9 +211,7 @@ class Store:
             "scan": GROUP_SCAN,
             **limits.params(),
         }
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute(self.q["limits_lock"], {"schema": schema})
-            cur = await conn.execute(self.q["claim_limited"], params)
+        cur = await conn.execute(self.q["claim_limited"], params)
         return [Job._make(row) for row in await cur.fetchall()]
 
     async def mark_done(
@@ -321,6 +318,11 @@ class Store:
         cur = await conn.execute(self.q["worker_facts"], {"schema": self.schema})
         row = await cur.fetchone()
         return None if row is None else WorkerFacts(*row)
+
+    async def has_ready_by_task(self, conn: Conn, schema: str) -> bool:
+        """Whether ``schema`` has the index the claim of limited tasks reads."""
+        row = await (await conn.execute(self.q["has_ready_by_task"], {"schema": schema})).fetchone()
+        return bool(row and row[0])
 
     async def channel(self, conn: Conn) -> str:
         """The wake-up channel of the jobs table's schema."""

@@ -98,7 +98,8 @@ def main() -> None:
     dsn = with_dbname(args.dsn, DB)
     subprocess.run(
         [sys.executable, "-m", "asyncq", "migrate", "benchmarks.limits_app:app"],
-        env=dict(os.environ, ASYNCQ_DSN=dsn),
+        # With the limits declared, so that the index of the limited claim is made.
+        env=dict(os.environ, ASYNCQ_DSN=dsn, BENCH_LIMITS="1"),
         cwd=ROOT,
         check=True,
         capture_output=True,

@@ -113,149 +113,13 @@ UPDATE asyncq_jobs AS j
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
           j.scheduled_at
 
--- name: limits_lock
--- Claims of limited tasks happen one at a time in a schema: each takes this lock first,
--- by a statement of its own, so that its claim statement (a new snapshot in READ
--- COMMITTED) sees every job that earlier claims started. It also lets the claim use its
--- generic plan (for this transaction only): planning claim_limited afresh each time, as
--- the server otherwise chooses to, cost as much as running it.
-SELECT pg_advisory_xact_lock(hashtext('asyncq.limits.' || %(schema)s::text)),
-       set_config('plan_cache_mode', 'force_generic_plan', true)
-
 -- name: claim_limited
--- The claim of a worker whose App has limited tasks (after limits_lock, in its
--- transaction). Unlimited tasks' jobs are claimed as by claim_any; a limited task's jobs
--- only as far as its room: its concurrency less its running jobs, its rate less its
--- starts in the last period (asyncq_rate_starts), and, per group, the group's
--- concurrency less the group's running jobs. Running rows are exactly those with an
--- expires_at (the asyncq_jobs_leases index). A saturated task or group is skipped, so
--- it holds up no other job. The paused queues are left out with array_position, not a
--- bare "<> ALL": with every job in one queue, the planner takes "<> ALL" of an array it
--- cannot see for a filter that keeps nothing, and scans and sorts the whole table.
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
-limits AS MATERIALIZED (
-    SELECT *
-      FROM unnest(%(names)s::text[], %(concurrency)s::int[], %(rate)s::int[],
-                  %(period)s::float8[], %(group_concurrency)s::int[])
-           AS l(task_name, concurrency, rate, period, group_concurrency)
-),
-running AS MATERIALIZED (
-    SELECT task_name, group_key, count(*) AS n
-      FROM asyncq_jobs
-     WHERE expires_at IS NOT NULL AND task_name = ANY(%(names)s::text[])
-     GROUP BY task_name, group_key
-),
-room AS MATERIALIZED (
-    SELECT l.task_name, l.group_concurrency,
-           least(%(limit)s,
-                 l.concurrency - (SELECT coalesce(sum(r.n), 0) FROM running r
-                                   WHERE r.task_name = l.task_name),
-                 l.rate - (SELECT coalesce(sum(s.count), 0) FROM asyncq_rate_starts s, clock
-                            WHERE s.task_name = l.task_name
-                              AND s.started_at > clock.now - make_interval(secs => l.period)))
-           AS room
-      FROM limits l
-),
-unlimited AS MATERIALIZED (
-    SELECT id, priority, run_at, NULL::text AS task_name
-      FROM asyncq_jobs
-     WHERE status = 'queued' AND run_at <= now()
-       AND task_name <> ALL(%(names)s::text[])
-       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-       AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
-     ORDER BY priority DESC, run_at, id
-     LIMIT %(limit)s
-       FOR NO KEY UPDATE SKIP LOCKED
-),
-limited AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at, room.task_name
-      FROM room
-     CROSS JOIN LATERAL (
-            SELECT id, priority, run_at
-              FROM asyncq_jobs
-             WHERE status = 'queued' AND run_at <= now() AND task_name = room.task_name
-               AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-               AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
-             ORDER BY priority DESC, run_at, id
-             LIMIT room.room
-               FOR NO KEY UPDATE SKIP LOCKED) AS j
-     WHERE room.room > 0 AND room.group_concurrency IS NULL
-),
--- Grouped tasks: the first ready jobs of the task outside saturated groups (at most
--- %(scan)s, and at most room * group_concurrency: what the room could take from groups
--- that each have all their room), then per group the first ones by id, as many as the
--- group has room for, taken round-robin over the groups up to the task's room. A group
--- with more ready jobs than that at the head of the queue fills its room and is skipped
--- by the next claims.
-candidates AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at, j.group_key, room.task_name, room.room,
-           room.group_concurrency
-      FROM room
-     CROSS JOIN LATERAL (
-            SELECT id, priority, run_at, group_key
-              FROM asyncq_jobs
-             WHERE status = 'queued' AND run_at <= now() AND task_name = room.task_name
-               AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-               AND array_position(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL), queue) IS NULL
-               AND (group_key IS NULL
-                    OR group_key <> ALL(ARRAY(SELECT r.group_key FROM running r
-                                               WHERE r.task_name = room.task_name
-                                                 AND r.group_key IS NOT NULL
-                                                 AND r.n >= room.group_concurrency)))
-             ORDER BY priority DESC, run_at, id
-             LIMIT least(%(scan)s, room.room * room.group_concurrency)) AS j
-     WHERE room.room > 0 AND room.group_concurrency IS NOT NULL
-),
-in_group_order AS (
-    SELECT c.*,
-           row_number() OVER (PARTITION BY c.task_name, c.group_key ORDER BY c.id) AS place,
-           (SELECT coalesce(sum(r.n), 0) FROM running r
-             WHERE r.task_name = c.task_name AND r.group_key = c.group_key) AS busy
-      FROM candidates c
-),
-in_task_order AS (
-    SELECT g.*,
-           row_number() OVER (PARTITION BY g.task_name
-                              ORDER BY g.place, g.priority DESC, g.run_at, g.id) AS turn
-      FROM in_group_order g
-     WHERE g.group_key IS NULL OR g.place <= g.group_concurrency - g.busy
-),
-grouped AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at, j.task_name
-      FROM asyncq_jobs j
-     WHERE j.id IN (SELECT id FROM in_task_order WHERE turn <= room) AND j.status = 'queued'
-       FOR NO KEY UPDATE SKIP LOCKED
-),
-chosen AS MATERIALIZED (
-    SELECT id, task_name
-      FROM (SELECT * FROM unlimited UNION ALL SELECT * FROM limited
-            UNION ALL SELECT * FROM grouped) AS picked
-     ORDER BY priority DESC, run_at, id
-     LIMIT %(limit)s
-),
-started AS (
-    INSERT INTO asyncq_rate_starts (task_name, started_at, count)
-    SELECT c.task_name, clock.now, count(*)
-      FROM chosen c JOIN limits l ON l.task_name = c.task_name, clock
-     WHERE l.rate IS NOT NULL
-     GROUP BY c.task_name, clock.now
-        ON CONFLICT (task_name, started_at)
-        DO UPDATE SET count = asyncq_rate_starts.count + excluded.count
-),
-forgotten AS (
-    DELETE FROM asyncq_rate_starts s
-     USING limits l, clock
-     WHERE s.task_name = l.task_name AND l.rate IS NOT NULL
-       AND s.started_at <= clock.now - make_interval(secs => l.period)
-)
-UPDATE asyncq_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
-       locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
-       expires_at = clock.now + %(lease)s
-  FROM chosen, clock
- WHERE j.id = chosen.id
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
-          j.scheduled_at
+-- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
+-- how it works.
+SELECT * FROM asyncq_claim_limited(
+    %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[], %(scan)s::int,
+    %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[], %(period)s::float8[],
+    %(group_concurrency)s::int[])
 
 -- name: mark_done
 -- A result is JSON text, or NULL (the task returned None, or its result is not stored).
@@ -415,6 +279,10 @@ DELETE FROM asyncq_jobs
                WHERE status = 'done' AND finished_at < now() - %(retention)s
                ORDER BY finished_at
                LIMIT %(limit)s)
+
+-- name: has_ready_by_task
+SELECT EXISTS (SELECT FROM pg_indexes
+                WHERE schemaname = %(schema)s AND indexname = 'asyncq_jobs_ready_by_task')
 
 -- name: worker_facts
 -- What a worker needs to know of the database before it starts: the schema that holds

@@ -53,7 +53,6 @@ class Producer:
         observer: Observer,
         claim_loops: int = 1,
         limits: ClaimLimits | None = None,
-        schema: str = "",
     ) -> None:
         self.pool = pool
         self.store = store
@@ -74,7 +73,6 @@ class Producer:
         # With limited tasks, every claim is the limited one (serialised in the schema);
         # without, the claim is the plain one.
         self.limits = limits
-        self.schema = schema
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
@@ -140,7 +138,6 @@ class Producer:
                         queues=self.queues,
                         lease=self.lease,
                         limits=self.limits,
-                        schema=self.schema,
                     )
                 return await self.store.claim(
                     conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease

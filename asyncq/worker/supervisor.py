@@ -11,6 +11,7 @@ once: the lease then brings those jobs back.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -54,6 +55,8 @@ from asyncq.worker.services import Service
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
 from asyncq.worker.wakeup import DueTimes, Wakeup
+
+logger = logging.getLogger("asyncq.worker")
 
 CLOSE_DEADLINE = 10.0
 
@@ -158,7 +161,6 @@ class Worker:
             observer=observer,
             claim_loops=loops,
             limits=self.limits,
-            schema=facts.schema,
         )
         services: list[Service] = [
             completer,
@@ -292,6 +294,15 @@ class Worker:
                         f" lacks {', '.join(missing)} (docs/least-privilege.md lists the grants)"
                     )
                 await migrate.check(conn, facts.schema)
+                if self.limits and not await self.store.has_ready_by_task(conn, facts.schema):
+                    logger.warning(
+                        "tasks %s have limits, but %s.asyncq_jobs_ready_by_task is missing:"
+                        " each claim may read every ready job; `asyncq migrate MODULE:APP`"
+                        " with this App makes it",
+                        ", ".join(self.limits.names),
+                        facts.schema,
+                        extra={"action": "index_missing"},
+                    )
                 channel = await self.store.channel(conn)
         except PoolTimeout as exc:
             raise psycopg.OperationalError(str(exc)) from exc

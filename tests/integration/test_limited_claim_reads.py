@@ -1,0 +1,159 @@
+"""The limited claim reads what it claims, not the backlog: a limited task with one ready
+job behind 30,000 of another task's is found through asyncq_jobs_ready_by_task, which
+the migration of an App with limits makes (and of one without, does not); with the
+statistics skewed that way, the unlimited tasks' jobs are still read in index order.
+Rows read are counted by the server for the claim's own transaction."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import asyncq
+from asyncq.limits import ClaimLimits
+from asyncq.store import GROUP_SCAN
+
+pytestmark = pytest.mark.anyio
+
+BACKLOG = 30_000
+
+
+def limited_app(dsn: str) -> asyncq.App:
+    app = asyncq.App(dsn)
+
+    @app.task(name="free")
+    async def free() -> None:
+        pass
+
+    @app.task(name="capped", concurrency=5)
+    async def capped() -> None:
+        pass
+
+    @app.task(name="rated", rate_limit="100/s")
+    async def rated() -> None:
+        pass
+
+    return app
+
+
+def has_index(db: psycopg.Connection[Any]) -> bool:
+    row = db.execute("SELECT to_regclass('asyncq_jobs_ready_by_task') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+async def test_only_an_app_with_limits_makes_the_index(throwaway_dsn: str) -> None:
+    with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+        async with asyncq.App(throwaway_dsn) as plain:
+            await plain.migrate()
+        assert not has_index(db)
+        async with limited_app(throwaway_dsn) as limited:
+            await limited.migrate()
+            await limited.migrate()  # idempotent
+        assert has_index(db)
+
+
+async def claim_and_count_reads(app: asyncq.App) -> tuple[list[str], int, int]:
+    """Run the limited claim in a transaction that is rolled back: the tasks claimed, and
+    the rows of asyncq_jobs it read by index and by sequential scan."""
+    params = claim_params(app)
+    async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+        cur = await conn.execute(app.store.q["claim_limited"], params)
+        claimed = [row[1] for row in await cur.fetchall()]
+        cur = await conn.execute(
+            "SELECT coalesce(idx_tup_fetch, 0), coalesce(seq_tup_read, 0)"
+            " FROM pg_stat_xact_user_tables WHERE relid = 'asyncq_jobs'::regclass"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return claimed, int(row[0]), int(row[1])
+
+
+async def test_a_rare_limited_task_is_found_without_reading_the_backlog(
+    throwaway_dsn: str,
+) -> None:
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, %s)",
+                (BACKLOG,),
+            )
+            db.execute("INSERT INTO asyncq_jobs (task_name, priority) VALUES ('capped', 1)")
+            db.execute("VACUUM ANALYZE asyncq_jobs")
+        claimed, by_index, by_scan = await claim_and_count_reads(app)
+    assert sorted(claimed) == ["capped"] + ["free"] * 9
+    assert by_scan == 0
+    # The ten claimed rows, the few read around them, and the rows locked; not 30,000.
+    assert by_index < 200, by_index
+
+
+async def test_without_the_index_a_worker_with_limits_says_so(
+    throwaway_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with asyncq.App(throwaway_dsn) as plain:
+        await plain.migrate()
+    app = limited_app(throwaway_dsn)
+    caplog.set_level(logging.WARNING, logger="asyncq.worker")
+    async with app:
+        await app.run_worker(drain=True, handle_signals=False)
+    assert "asyncq_jobs_ready_by_task is missing" in caplog.text
+    assert "capped, rated" in caplog.text
+
+
+def claim_params(app: asyncq.App) -> dict[str, Any]:
+    limits = ClaimLimits.of((name, task.limits) for name, task in app.tasks.items())
+    assert limits is not None
+    return {
+        "worker": "w",
+        "limit": 10,
+        "lease": timedelta(seconds=30),
+        "queues": None,
+        "scan": GROUP_SCAN,
+        **limits.params(),
+    }
+
+
+async def test_limited_claims_wait_for_the_one_before_and_see_what_it_started(
+    throwaway_dsn: str,
+) -> None:
+    """A claim that comes while another holds the limits lock waits for it, then sees the
+    jobs it started: of a task at concurrency 5, two claims start 5, not 10."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+    params = claim_params(app)
+    query = app.store.q["claim_limited"]
+    with (
+        psycopg.connect(throwaway_dsn, autocommit=True) as db,
+        psycopg.connect(throwaway_dsn) as first,
+        psycopg.connect(throwaway_dsn, autocommit=True) as second,
+    ):
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name) SELECT 'capped' FROM generate_series(1, 20)"
+        )
+        started = first.execute(query, params).fetchall()  # its transaction stays open
+        assert len(started) == 5
+        later: list[Any] = []
+        thread = threading.Thread(target=lambda: later.extend(second.execute(query, params)))
+        thread.start()
+        waiting = False
+        while thread.is_alive() and not waiting:
+            row = db.execute(
+                "SELECT wait_event = 'advisory' FROM pg_stat_activity WHERE pid = %s",
+                (second.info.backend_pid,),
+            ).fetchone()
+            waiting = bool(row and row[0])
+        assert waiting, "the second claim did not wait for the first"
+        first.commit()
+        thread.join(30)
+        assert later == []
+        (running,) = db.execute(
+            "SELECT count(*) FROM asyncq_jobs WHERE status = 'running'"
+        ).fetchone()
+        assert running == 5
