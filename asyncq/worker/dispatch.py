@@ -70,6 +70,8 @@ class Dispatcher:
         self.slots = slots
         self.submit = submit
         self.observer = observer
+        # Observers with a hook around attempts: without one, an attempt calls nothing more.
+        self._watched = observer.watches_attempts
         self.held: dict[int, Attempt] = {}
         self._queue: asyncio.Queue[Attempt | None] = asyncio.Queue()
         self._runners: set[asyncio.Task[None]] = set()
@@ -160,8 +162,13 @@ class Dispatcher:
     async def _run(self, attempt: Attempt) -> Outcome | None:
         job = attempt.job
         task = self.tasks.get(job.task_name)
+        ended = self.observer.running(job) if self._watched else None
         if attempt.stop is not None:  # stopped before it started
-            return decide(job, task, error=asyncio.CancelledError(), stop=attempt.stop)
+            cancelled = asyncio.CancelledError()
+            outcome = decide(job, task, error=cancelled, stop=attempt.stop)
+            if ended is not None:
+                ended(outcome, cancelled, attempt.stop)
+            return outcome
         runner = asyncio.current_task()
         assert runner is not None
         attempt.runner = runner
@@ -187,7 +194,11 @@ class Dispatcher:
                 runner.uncancel()
             attempt.cancels = 0
         duration = time.perf_counter() - started
-        return decide(job, task, result=result, error=error, stop=attempt.stop, duration=duration)
+        stop = attempt.stop
+        outcome = decide(job, task, result=result, error=error, stop=stop, duration=duration)
+        if ended is not None:
+            ended(outcome, error, stop)
+        return outcome
 
     def _runner_ended(self, runner: asyncio.Task[None]) -> None:
         self._runners.discard(runner)

@@ -1,22 +1,28 @@
 """The worker's events, and their listeners.
 
 The runtime reports what happens through one `Observer`: a worker starts and stops,
-jobs are claimed, attempts finish (by their written outcome), leases are lost, expired
-jobs are rescued, a schedule fires a slot, a service meets a database error. Logging
-(`LogObserver`) and the counts a worker returns (`Counts`, `WorkerStats`) are listeners;
-metrics and tracing are more of them, added without touching the runtime.
+jobs are claimed, attempts run and finish (by their written outcome), leases are lost,
+expired jobs are rescued, a schedule fires a slot, a service meets a database error.
+Logging (`LogObserver`) and the counts a worker returns (`Counts`, `WorkerStats`) are
+listeners; metrics (`asyncq.metrics`) and tracing (`asyncq.tracing`) are more of them,
+added without touching the runtime.
+
+`Observer.running` is the one hook around an attempt: it is called in the context the
+task runs in, just before the task starts, and what it returns is called there when
+the attempt ends. The runtime calls it only for observers that define it
+(`watches_attempts`), so a worker without such a listener does nothing more per job.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from logging import DEBUG
 
 from asyncq.job import Job
-from asyncq.worker.outcomes import Kind, Outcome
+from asyncq.worker.outcomes import Kind, Outcome, Stop
 
 logger = logging.getLogger("asyncq.worker")
 
@@ -54,6 +60,12 @@ class WorkerInfo:
     lease: float
 
 
+AttemptEnded = Callable[[Outcome | None, BaseException | None, Stop | None], None]
+"""Called when an attempt ends, before its outcome is written: with the outcome (None:
+nothing is written, the lease is lost), what the attempt raised (None: it returned),
+and why the worker stopped it (None: it did not)."""
+
+
 class Observer:
     """A listener to a worker's events; each method here does nothing."""
 
@@ -65,6 +77,18 @@ class Observer:
 
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         """The jobs by queue and state, sampled by one worker at a time."""
+
+    def running(self, job: Job) -> AttemptEnded | None:
+        """An attempt of ``job`` starts, in the context its task runs in: a context
+        variable set here (a span made current) is seen by the task and by what it calls.
+        Returns None, or what to call when the attempt ends, in the same context (to reset
+        what was set). Called only when `watches_attempts`; it must not raise."""
+        return None
+
+    @property
+    def watches_attempts(self) -> bool:
+        """Whether `running` does anything: the runtime calls it only then."""
+        return type(self).running is not Observer.running
 
     def finished(self, outcome: Outcome, status: str) -> None:
         """``outcome`` was written; ``status`` is the row's status now."""
@@ -108,6 +132,7 @@ class Observers(Observer):
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = list(observers)
+        self._watching = [o for o in self.observers if o.watches_attempts]
 
     def started(self, worker: WorkerInfo) -> None:
         for o in self.observers:
@@ -120,6 +145,21 @@ class Observers(Observer):
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         for o in self.observers:
             o.queue_depth(queues)
+
+    @property
+    def watches_attempts(self) -> bool:
+        return bool(self._watching)
+
+    def running(self, job: Job) -> AttemptEnded | None:
+        ends = [end for o in self._watching if (end := o.running(job)) is not None]
+        if len(ends) <= 1:
+            return ends[0] if ends else None
+
+        def ended(outcome: Outcome | None, error: BaseException | None, stop: Stop | None) -> None:
+            for end in reversed(ends):  # the last one set is the first reset
+                end(outcome, error, stop)
+
+        return ended
 
     def finished(self, outcome: Outcome, status: str) -> None:
         for o in self.observers:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -16,8 +17,8 @@ from asyncq.job import Job
 from asyncq.worker import dispatch
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.executor import Executor
-from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import Kind, Outcome
+from asyncq.worker.observer import AttemptEnded, Observer
+from asyncq.worker.outcomes import Kind, Outcome, Stop
 from asyncq.worker.slots import Slots
 
 
@@ -239,3 +240,75 @@ def test_a_job_claimed_again_here_loses_the_earlier_claim() -> None:
         assert h.observer.lost == [(7, "claimed again here as attempt 2")]
 
     run(main)
+
+
+class Around(Lost):
+    """Sets a context variable while each attempt runs, as a tracing observer would."""
+
+    def __init__(self, var: contextvars.ContextVar[str]) -> None:
+        super().__init__()
+        self.var = var
+        self.ends: list[tuple[int, Kind | None, str | None, Stop | None]] = []
+
+    def running(self, job: Job) -> AttemptEnded | None:
+        token = self.var.set(f"attempt of job {job.id}")
+
+        def ended(outcome: Outcome | None, error: BaseException | None, stop: Stop | None) -> None:
+            self.var.reset(token)
+            kind = None if outcome is None else outcome.kind
+            self.ends.append((job.id, kind, None if error is None else type(error).__name__, stop))
+
+        return ended
+
+
+def test_the_hook_around_an_attempt_is_in_the_task_s_context_and_hears_how_it_ended() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("around", default="none")
+
+    async def main() -> None:
+        async def sees() -> str:
+            return var.get()
+
+        async def fails() -> None:
+            raise ValueError("no")
+
+        async def sleepy() -> None:
+            await asyncio.sleep(10)
+
+        h = Harness(1, FakeTask("sees", sees), FakeTask("fails", fails))
+        h.tasks["sleepy"] = FakeTask("sleepy", sleepy, timeout=0.02)
+        around = Around(var)
+        h.observer = around
+        h.dispatcher = Dispatcher(
+            concurrency=1,
+            tasks=h.tasks,
+            executor=Executor(tasks=h.tasks, worker="w"),
+            slots=h.slots,
+            submit=h.submitted,
+            observer=around,
+        )
+        h.dispatcher.start()
+        seen = h.hold("sees")
+        failed = h.hold("fails")
+        timed_out = h.hold("sleepy")
+        again = h.hold("sees")  # on the same runner: what the hook set is gone
+        await h.until(lambda: len(h.outcomes) == 4)
+        assert h.outcomes[seen].result == f'"attempt of job {seen}"'
+        assert h.outcomes[again].result == f'"attempt of job {again}"'
+        assert around.ends == [
+            (seen, Kind.DONE, None, None),
+            (failed, Kind.RETRY, "ValueError", None),
+            (timed_out, Kind.RETRY, "CancelledError", Stop.TIMEOUT),
+            (again, Kind.DONE, None, None),
+        ]
+        assert var.get() == "none"
+
+    run(main)
+
+
+def test_an_observer_watches_attempts_only_when_it_defines_the_hook() -> None:
+    class Quiet(Observer):
+        def running(self, job: Job) -> AttemptEnded | None:
+            return None
+
+    assert not Lost().watches_attempts and Quiet().watches_attempts
+    assert Harness(1).dispatcher._watched is False

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from asyncq.job import Job
-from asyncq.worker.observer import Counts, LogObserver, Observer, Observers
+from asyncq.worker.observer import AttemptEnded, Counts, LogObserver, Observer, Observers
 from asyncq.worker.outcomes import Kind, Outcome
 
 JOB = Job(3, "t.send", "q", '{"secret": "hunter2"}', 2, 3, 4)
@@ -60,3 +60,29 @@ def test_a_result_not_stored_is_a_warning_that_names_the_task_and_the_reason(
     assert record.levelno == logging.WARNING
     assert getattr(record, "action", None) == "result_not_stored"
     assert record.getMessage() == f"job 3 (t.send) is done, but its result is not stored: {why}"
+
+
+def test_observers_watch_attempts_only_through_those_that_do() -> None:
+    calls: list[str] = []
+
+    class Around(Observer):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def running(self, job: Job) -> AttemptEnded | None:
+            calls.append(f"{self.name} starts")
+            return lambda outcome, error, stop: calls.append(f"{self.name} ends")
+
+    assert not Observers([LogObserver(), Counts(), Observer()]).watches_attempts
+    assert Observers([LogObserver(), Counts()]).running(JOB) is None
+    one = Observers([LogObserver(), Around("a")])
+    assert one.watches_attempts
+    ended = one.running(JOB)
+    assert ended is not None
+    ended(None, None, None)
+    assert calls == ["a starts", "a ends"]
+    calls.clear()
+    ended = Observers([Around("a"), Counts(), Around("b")]).running(JOB)
+    assert ended is not None
+    ended(Outcome(JOB, Kind.DONE), None, None)
+    assert calls == ["a starts", "b starts", "b ends", "a ends"]
