@@ -45,7 +45,8 @@ class Status(enum.StrEnum):
 class Job(NamedTuple):
     """A claimed job, as the worker runs it (a tuple: made for every job, it costs a
     third of a frozen dataclass). ``args`` is the stored JSON text, decoded when the job
-    runs; ``claim`` is the row's claim count, the fence of this attempt's writes."""
+    runs; ``claim`` is the row's claim count, the fence of this attempt's writes;
+    ``trace_context`` the JSON object a traced defer wrote (else None)."""
 
     id: int
     task_name: str
@@ -55,6 +56,7 @@ class Job(NamedTuple):
     max_attempts: int
     claim: int
     scheduled_at: datetime | None = None
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,6 +34,9 @@ class NewJob(NamedTuple):
     delay: float
     max_attempts: int
     group_key: str | None = None
+    trace_context: str | None = None
+    """The trace context of the defer's span, as a JSON object (written by traced defers
+    only: an App with ``tracing=True``)."""
 
 
 class FireResult(NamedTuple):
@@ -77,6 +80,13 @@ def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
     return {"worker": worker, "ids": [j.id for j in jobs], "claims": [j.claim for j in jobs]}
 
 
+# The insert of jobs given as a JSON array, by (grouped, traced).
+_ARRAY_INSERTS = {
+    (True, False): "insert_grouped",
+    (True, True): "insert_grouped_traced",
+    (False, True): "insert_traced",
+}
+
 REQUEUE_TRIES = 5
 # Ready jobs of a task with group_concurrency that one claim looks at, outside its
 # saturated groups: a group with more ready jobs than this, at the head of the queue,
@@ -107,8 +117,11 @@ def _qualified(query: str, schema: str) -> str:
 
 
 class Store:
-    def __init__(self, schema: str | None = None) -> None:
+    def __init__(self, schema: str | None = None, *, traced: bool = False) -> None:
         self.schema = schema
+        # An App with tracing: gathered defers write their trace contexts, and the claim
+        # of limited tasks looks them up (the plain claims return them always).
+        self.traced = traced
         self.q = (
             dict(QUERIES)
             if schema is None
@@ -117,8 +130,8 @@ class Store:
 
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
-        if job.group_key is not None:
-            return await self._insert_grouped(conn, job, unique_key)
+        if job.trace_context is not None or job.group_key is not None:
+            return await self._insert_array(conn, job, unique_key)
         if unique_key is None:
             if job.run_at is None and not job.delay:
                 query = self.q["insert_job_now"]
@@ -130,13 +143,15 @@ class Store:
             return int(row[0])
         return await self._insert_unique(conn, self.q["insert_job"], job._asdict(), unique_key)
 
-    async def _insert_grouped(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
+    async def _insert_array(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
+        """One job of a group, or with a trace context, as an array of one."""
+        query = self.q[_ARRAY_INSERTS[job.group_key is not None, job.trace_context is not None]]
         params = {**job._asdict(), "args": f"[{job.args}]", "unique_key": None}
         if unique_key is None:
-            row = await (await conn.execute(self.q["insert_grouped"], params)).fetchone()
+            row = await (await conn.execute(query, params)).fetchone()
             assert row is not None
             return int(row[0])
-        return await self._insert_unique(conn, self.q["insert_grouped"], params, unique_key)
+        return await self._insert_unique(conn, query, params, unique_key)
 
     async def _insert_unique(
         self, conn: Conn, query: str, params: dict[str, Any], unique_key: str
@@ -155,27 +170,31 @@ class Store:
     async def insert_jobs(self, conn: Conn, jobs: NewJob) -> list[int]:
         """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
         fields; ids in the order of the array."""
-        if jobs.group_key is None:
+        if jobs.group_key is None and jobs.trace_context is None:
             cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
         else:
-            cur = await conn.execute(
-                self.q["insert_grouped"], {**jobs._asdict(), "unique_key": None}
-            )
+            query = self.q[
+                _ARRAY_INSERTS[jobs.group_key is not None, jobs.trace_context is not None]
+            ]
+            cur = await conn.execute(query, {**jobs._asdict(), "unique_key": None})
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
-        """Write jobs of any tasks and options in one statement; ids in the order given."""
+        """Write jobs of any tasks and options in one statement; ids in the order given
+        (traced: each with its trace context)."""
+        params = {
+            "task_names": [r.task_name for r in rows],
+            "queues": [r.queue for r in rows],
+            "args": [r.args for r in rows],
+            "priorities": [r.priority for r in rows],
+            "run_ats": [r.run_at for r in rows],
+            "delays": [r.delay for r in rows],
+            "max_attempts": [r.max_attempts for r in rows],
+        }
+        if self.traced:
+            params["trace_contexts"] = [r.trace_context for r in rows]
         cur = await conn.execute(
-            self.q["insert_rows"],
-            {
-                "task_names": [r.task_name for r in rows],
-                "queues": [r.queue for r in rows],
-                "args": [r.args for r in rows],
-                "priorities": [r.priority for r in rows],
-                "run_ats": [r.run_at for r in rows],
-                "delays": [r.delay for r in rows],
-                "max_attempts": [r.max_attempts for r in rows],
-            },
+            self.q["insert_rows_traced" if self.traced else "insert_rows"], params
         )
         return [int(row[0]) for row in await cur.fetchall()]
 
@@ -211,7 +230,8 @@ class Store:
             "scan": GROUP_SCAN,
             **limits.params(),
         }
-        cur = await conn.execute(self.q["claim_limited"], params)
+        query = self.q["claim_limited_traced" if self.traced else "claim_limited"]
+        cur = await conn.execute(query, params)
         return [Job._make(row) for row in await cur.fetchall()]
 
     async def mark_done(

@@ -68,7 +68,48 @@ SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
        AS r(task_name, queue, args, priority, run_at, delay, max_attempts)
 RETURNING id
 
+-- name: insert_traced
+-- Jobs deferred with tracing on (App(tracing=True)), one per element of a JSON array (a
+-- single defer sends an array of one), each with the trace context of the defer's span.
+-- Only traced defers name trace_context, so a role that may not write it can defer
+-- every other job.
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
+                         trace_context)
+SELECT %(task_name)s, %(queue)s, a, %(priority)s,
+       coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
+       %(unique_key)s, %(trace_context)s::jsonb
+  FROM jsonb_array_elements(%(args)s::jsonb) AS a
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+RETURNING id
+
+-- name: insert_grouped_traced
+-- insert_grouped with the trace context of the defer's span.
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
+                         group_key, trace_context)
+SELECT %(task_name)s, %(queue)s, a, %(priority)s,
+       coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
+       %(unique_key)s, %(group_key)s, %(trace_context)s::jsonb
+  FROM jsonb_array_elements(%(args)s::jsonb) AS a
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+RETURNING id
+
+-- name: insert_rows_traced
+-- insert_rows with each job's trace context (NULL for a defer made outside any trace).
+INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts,
+                         trace_context)
+SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
+       coalesce(r.run_at, now() + make_interval(secs => r.delay)), r.max_attempts,
+       r.trace_context::jsonb
+  FROM unnest(%(task_names)s::text[], %(queues)s::text[], %(args)s::text[],
+              %(priorities)s::int[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
+              %(max_attempts)s::int[], %(trace_contexts)s::text[])
+       AS r(task_name, queue, args, priority, run_at, delay, max_attempts, trace_context)
+RETURNING id
+
 -- name: claim_any
+-- Every claim returns the job's trace_context (NULL unless a traced defer wrote it):
+-- here a NULL column of the row being written, which costs the statement and the
+-- driver next to nothing, so one statement serves workers with tracing on or off.
 -- A paused queue (asyncq_queues.paused_at set) is skipped: its list is read once per claim.
 -- The NOT EXISTS is not redundant: with it the planner keeps the ordered scan of the
 -- ready index that stops at the LIMIT; faced with "<> ALL" of an array it cannot see,
@@ -92,7 +133,7 @@ UPDATE asyncq_jobs AS j
   FROM next, clock
  WHERE j.id = next.id
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
-          j.scheduled_at
+          j.scheduled_at, j.trace_context::text
 
 -- name: claim_queues
 WITH next AS MATERIALIZED (
@@ -111,15 +152,31 @@ UPDATE asyncq_jobs AS j
   FROM next, clock
  WHERE j.id = next.id
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
-          j.scheduled_at
+          j.scheduled_at, j.trace_context::text
 
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
--- how it works.
-SELECT * FROM asyncq_claim_limited(
+-- how it works. Its rows have no trace_context: NULL, for an App without tracing.
+SELECT *, NULL::text AS trace_context FROM asyncq_claim_limited(
     %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[], %(scan)s::int,
     %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[], %(period)s::float8[],
     %(group_concurrency)s::int[])
+
+-- name: claim_limited_traced
+-- claim_limited for an App with tracing: each job's trace_context is looked up by id
+-- once the function has claimed the jobs (what the function returns stays as it is, for
+-- the workers of schema version 7). The look-up reads with the statement's snapshot,
+-- taken before the function ran: a job written after that moment and claimed by this
+-- very call comes back without its context (its attempt's span has no link), never
+-- without the job.
+WITH claimed AS MATERIALIZED (
+    SELECT * FROM asyncq_claim_limited(
+        %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[],
+        %(scan)s::int, %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[],
+        %(period)s::float8[], %(group_concurrency)s::int[])
+)
+SELECT c.*, (SELECT j.trace_context::text FROM asyncq_jobs j WHERE j.id = c.job_id)
+  FROM claimed c
 
 -- name: mark_done
 -- A result is JSON text, or NULL (the task returned None, or its result is not stored).
