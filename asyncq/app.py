@@ -30,7 +30,7 @@ from asyncq.store import Store
 from asyncq.task import Task
 from asyncq.worker import settings as worker_settings
 from asyncq.worker.executor import Middleware
-from asyncq.worker.observer import WorkerStats
+from asyncq.worker.observer import Observer, WorkerStats
 from asyncq.worker.supervisor import Worker
 from asyncq.writer import Writer
 
@@ -77,6 +77,10 @@ class App:
     ``app.pool``; a worker's own work (claims, outcomes, leases) has a pool of its own.
     Left at its default, the pool grows to the concurrency of a worker run on the App,
     plus two, so that tasks that each hold a connection can still defer.
+
+    ``tracing=True`` (extra ``asyncq[otel]``): OpenTelemetry spans for each defer and
+    each attempt of the App's workers, the attempt's span linked to the defer's (see
+    `asyncq.tracing`); each job row carries its defer's trace context.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class App:
         schema: str | None = None,
         application_name: str = "asyncq",
         result_poll_interval: float = 1.0,
+        tracing: bool = False,
     ) -> None:
         max_size = (
             max(DEFAULT_POOL_MAX_SIZE, pool_min_size) if pool_max_size is None else pool_max_size
@@ -103,6 +108,8 @@ class App:
             raise ConfigurationError("retention must not be negative")
         if not result_poll_interval > 0:
             raise ConfigurationError("result_poll_interval must be a positive number of seconds")
+        if not isinstance(tracing, bool):
+            raise ConfigurationError(f"tracing must be True or False, not {tracing!r}")
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
                 f"schema must be a lowercase SQL name of at most 50 characters"
@@ -117,8 +124,20 @@ class App:
         self.retention = retention
         self.application_name = application_name
         self.schema = schema
-        self.store = Store(schema)
-        self.writer = Writer(self.store, max_args_bytes=max_args_bytes)
+        self.store = Store(schema, traced=tracing)
+        self.tracing = tracing
+        self.writer: Writer
+        self._observers: list[Observer] = []  # listeners of every worker run on the App
+        if tracing:
+            from asyncq import tracing as otel
+
+            tracer = otel.tracer()
+            self.writer = otel.TracedWriter(
+                self.store, max_args_bytes=max_args_bytes, tracer=tracer
+            )
+            self._observers.append(otel.AttemptTracer(tracer))
+        else:
+            self.writer = Writer(self.store, max_args_bytes=max_args_bytes)
         self.results = Results(
             store=self.store,
             pool=lambda: self.pool,
@@ -473,7 +492,8 @@ class App:
         ``listener_health_timeout`` (5 s: it gives up after that long without an answer).
         A bad option raises `ConfigurationError` before anything connects."""
         settings = worker_settings.from_options(queues, retention=self.retention, **options)
-        observers = []
+        observers = list(self._observers)
+        metrics = None
         if settings.metrics_port is not None:
             from asyncq.metrics import WorkerMetrics
 
@@ -499,8 +519,8 @@ class App:
             )
             return await worker.run()
         finally:
-            for observer in observers:
-                observer.close()
+            if metrics is not None:
+                metrics.close()
             if opened_here:
                 await self.close()
 

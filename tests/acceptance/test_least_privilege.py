@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from opentelemetry import trace
 from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -23,6 +24,7 @@ from tests.harness.app import APP, GUARDED
 from tests.harness.app import app as harness_app
 from tests.harness.ledger import Ledger
 from tests.harness.processes import REPO, Workers
+from tests.harness.tracing import memory_exporter
 
 DOC = REPO / "docs" / "least-privilege.md"
 SCHEMA = "asyncq"
@@ -93,9 +95,11 @@ def denied(dsn: str, statement: str, params: Any = None) -> bool:
     return False
 
 
-def producer_app(dsn: str) -> tuple[asyncq.App, dict[str, asyncq.Task[Any, Any]]]:
+def producer_app(
+    dsn: str, *, tracing: bool = False
+) -> tuple[asyncq.App, dict[str, asyncq.Task[Any, Any]]]:
     """The guarded app's tasks on an App with the producer's DSN (which never runs them)."""
-    app = asyncq.App(dsn, schema=SCHEMA)
+    app = asyncq.App(dsn, schema=SCHEMA, tracing=tracing)
     tasks = {
         name.removeprefix("guarded."): app.task(
             name=name, queue=task.queue, max_attempts=task.max_attempts
@@ -200,6 +204,28 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
             anyio.run(defer_without)
         finally:
             cluster.run_as(cluster.owner, revoke.replace("REVOKE", "GRANT").replace("FROM", "TO"))
+
+    # A producer of an App with tracing on also writes trace_context: refused until it
+    # has the documented grant.
+    memory_exporter()  # a tracer provider, so that the defer's span has a context to write
+
+    async def traced_defer() -> int:
+        app, tasks = producer_app(producer, tracing=True)
+        async with app:
+            with trace.get_tracer("tests").start_as_current_span("request"):
+                return await tasks["ok"].defer(token=SECRET)
+
+    with pytest.raises(errors.InsufficientPrivilege):
+        anyio.run(traced_defer)
+    grant = re.search(r"^GRANT INSERT \(trace_context\) .*;$", DOC.read_text(), flags=re.M)
+    assert grant, "docs/least-privilege.md lost the grant of trace_context"
+    cluster.run_as(cluster.owner, grant[0])
+    ids["ok"].append(anyio.run(traced_defer))
+    with psycopg.connect(cluster.owner) as owner:
+        traced_row = owner.execute(
+            f"SELECT trace_context ? 'traceparent' FROM {jobs} WHERE id = %s", (ids["ok"][-1],)
+        ).fetchone()
+    assert traced_row == (True,)
 
     # A job whose worker vanished (for the reaper) and an old done row (for pruning).
     with psycopg.connect(cluster.owner, autocommit=True) as owner:
