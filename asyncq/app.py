@@ -46,6 +46,8 @@ R = TypeVar("R")
 
 DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
 DEFAULT_POOL_MAX_SIZE = 10
+# psycopg's own default: a statement is prepared on its sixth execution on a connection.
+DEFAULT_PREPARE_THRESHOLD = 5
 # Connections a worker's tasks may take from the App's pool beyond one each: the
 # gathered defers' writer, and one more.
 POOL_HEADROOM = 2
@@ -81,6 +83,13 @@ class App:
     ``tracing=True`` (extra ``asyncq[otel]``): OpenTelemetry spans for each defer and
     each attempt of the App's workers, the attempt's span linked to the defer's (see
     `asyncq.tracing`); each job row carries its defer's trace context.
+
+    Behind PgBouncer in transaction mode (see the README, "PgBouncer"): ``listen_dsn``
+    sends the LISTEN connections (a worker's wake-ups, `result`'s notifications)
+    straight to the server while everything else uses ``dsn``; ``listen=False`` opens
+    none, and workers and `result` poll instead; ``prepare_threshold`` is psycopg's,
+    for every connection the App opens (None: no prepared statements, as a PgBouncer
+    without ``max_prepared_statements`` needs).
     """
 
     def __init__(
@@ -96,6 +105,9 @@ class App:
         application_name: str = "asyncq",
         result_poll_interval: float = 1.0,
         tracing: bool = False,
+        listen_dsn: str | None = None,
+        listen: bool = True,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
         max_size = (
             max(DEFAULT_POOL_MAX_SIZE, pool_min_size) if pool_max_size is None else pool_max_size
@@ -110,12 +122,29 @@ class App:
             raise ConfigurationError("result_poll_interval must be a positive number of seconds")
         if not isinstance(tracing, bool):
             raise ConfigurationError(f"tracing must be True or False, not {tracing!r}")
+        if not isinstance(listen, bool):
+            raise ConfigurationError(f"listen must be True or False, not {listen!r}")
+        if listen_dsn is not None and not listen:
+            raise ConfigurationError("listen_dsn has no use with listen=False: give one, not both")
+        if listen_dsn is not None and not (isinstance(listen_dsn, str) and listen_dsn.strip()):
+            raise ConfigurationError(f"listen_dsn must be a DSN, not {listen_dsn!r}")
+        if prepare_threshold is not None and (
+            isinstance(prepare_threshold, bool)
+            or not isinstance(prepare_threshold, int)
+            or prepare_threshold < 0
+        ):
+            raise ConfigurationError(
+                f"prepare_threshold must be None or a whole number >= 0, not {prepare_threshold!r}"
+            )
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
                 f"schema must be a lowercase SQL name of at most 50 characters"
                 f" (letters, digits, _), not starting with pg_, not {schema!r}"
             )
         self._dsn_argument = dsn
+        self._listen_dsn_argument = listen_dsn
+        self.listen = listen
+        self.prepare_threshold = prepare_threshold
         self.pool_min_size = pool_min_size
         self.pool_max_size = max_size
         self._pool_size_given = pool_max_size is not None
@@ -142,9 +171,10 @@ class App:
             store=self.store,
             pool=lambda: self.pool,
             connect=lambda: psycopg.AsyncConnection.connect(
-                self.dsn, **self.connect_kwargs(role="results")
+                self.listen_dsn, **self.connect_kwargs(role="results")
             ),
             poll_interval=result_poll_interval,
+            listen=listen,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
@@ -308,6 +338,11 @@ class App:
         return self._dsn
 
     @property
+    def listen_dsn(self) -> str:
+        """Where the LISTEN connections go (after `open`): ``listen_dsn``, else the DSN."""
+        return self._listen_dsn_argument or self.dsn
+
+    @property
     def pool(self) -> AsyncConnectionPool:
         if self._pool is None:
             raise AppNotOpen()
@@ -323,6 +358,7 @@ class App:
             # Text travels as UTF-8 whatever the server's encoding: the server converts
             # (and says so when it cannot), and SQL_ASCII text is still decoded as str.
             "client_encoding": "UTF8",
+            "prepare_threshold": self.prepare_threshold,
             "connect_timeout": max(1, round(self.connect_timeout)),
             "keepalives": 1,
             "keepalives_idle": 10,
@@ -467,7 +503,7 @@ class App:
         was cancelled, `JobNotFound` if no job has this id, `TimeoutError` after
         ``timeout`` seconds. Woken by the notification of the statement that ends the
         job; every ``result_poll_interval`` seconds (an App option) the jobs still waited
-        for are looked up too, in one query."""
+        for are looked up too, in one query (with ``App(listen=False)``, only then)."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
         if timeout is not None and not timeout >= 0:
@@ -511,6 +547,7 @@ class App:
                 store=self.store,
                 conninfo=self.dsn,
                 connect_kwargs=self.connect_kwargs(),
+                listen_conninfo=self.listen_dsn if self.listen else None,
                 settings=settings,
                 middleware=self._middleware,
                 observers=observers,

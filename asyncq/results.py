@@ -12,6 +12,9 @@ query for every id due a look:
   was not listening), and every ``poll_interval`` seconds: the safety net for a lost
   notification, or a job ended by a worker of a version that sends none.
 
+With ``listen=False`` (``App(listen=False)``, for a PgBouncer in transaction mode
+without a ``listen_dsn``) there is no LISTEN connection: the poll alone finds what ended.
+
 Looks that fall due while one is in flight are made together by the next one. The
 LISTEN connection checks its health with a round trip every ``health_interval``
 seconds, and reconnects with backoff. That round trip also renews the App's row in
@@ -58,8 +61,12 @@ class Results:
         poll_interval: float = 1.0,
         health_interval: float = 10.0,
         health_timeout: float = 5.0,
+        listen: bool = True,
     ) -> None:
         self.store = store
+        # False (App(listen=False)): no LISTEN connection; every waited id is looked up
+        # each poll_interval, and nothing announces the ends of jobs to this App.
+        self.listen = listen
         self.pool = pool
         self.connect = connect
         self.poll_interval = poll_interval
@@ -113,9 +120,9 @@ class Results:
 
     @property
     def settled(self) -> bool:
-        """Listening, and no look due or in flight: whatever ends from now on is heard of
-        by its notification (or by the next poll)."""
-        return self.listening and not self._due and not self._looking
+        """Listening (unless told not to listen), and no look due or in flight: whatever
+        ends from now on is heard of by its notification (or by the next poll)."""
+        return (self.listening or not self.listen) and not self._due and not self._looking
 
     # -- waiters ------------------------------------------------------------------------
 
@@ -159,7 +166,7 @@ class Results:
         loop = asyncio.get_running_loop()
         if self._looker is None or self._looker.done():
             self._looker = loop.create_task(self._look_up())
-        if self._listener is None or self._listener.done():
+        if self.listen and (self._listener is None or self._listener.done()):
             self._listener = loop.create_task(self._listen())
 
     async def _look_up(self) -> None:

@@ -295,6 +295,12 @@ class Store:
         cur = await conn.execute(self.q["heartbeat"], _fence(worker, jobs))
         return {int(r[0]): bool(r[1]) for r in await cur.fetchall()}
 
+    async def aborts_requested(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
+        """The ids of these jobs, still this worker's by the same claim, that a cancel
+        asked to stop."""
+        cur = await conn.execute(self.q["aborts_requested"], _fence(worker, jobs))
+        return {int(r[0]) for r in await cur.fetchall()}
+
     async def cancel(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         """Cancel jobs; returns what happened to each job found (cancelled, aborting, or
         the status it had)."""

@@ -299,6 +299,16 @@ UPDATE asyncq_jobs AS j
    AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id, j.abort_requested_at IS NOT NULL
 
+-- name: aborts_requested
+-- The running attempts of this worker that a cancel asked to stop: what a worker without
+-- a LISTEN connection (App(listen=False)) reads every poll interval instead of being told.
+SELECT j.id, j.claims
+  FROM asyncq_jobs AS j
+  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+    ON j.id = f.id AND j.claims = f.claim
+ WHERE j.status = 'running' AND j.locked_by = %(worker)s
+   AND j.abort_requested_at IS NOT NULL
+
 -- name: try_lock
 -- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
 SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || %(schema)s::text))

@@ -5,6 +5,8 @@
 - ``services``: how a service runs, and the one retry-with-backoff helper they share
 - ``listener``: the dedicated LISTEN connection; wakes the claim loops, also when a job
   comes due (``wakeup``)
+- ``aborts``: without a LISTEN connection (``App(listen=False)``), the cancels of the
+  running attempts looked for every poll interval
 - ``producer``: the claim loops, batches sized to the free ``slots``
 - ``dispatch``: the runners and the attempts this worker holds; stops an attempt (lease
   lost, timeout, shutdown) and nothing else

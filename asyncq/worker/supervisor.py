@@ -31,6 +31,7 @@ from asyncq.limits import ClaimLimits
 from asyncq.pools import reconnect_options
 from asyncq.schedule import Schedule
 from asyncq.store import Store, WorkerFacts
+from asyncq.worker.aborts import AbortPoll
 from asyncq.worker.completer import Completer
 from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.executor import Executor, Middleware, RunnableTask
@@ -71,6 +72,7 @@ class Worker:
         store: Store,
         conninfo: str,
         connect_kwargs: Mapping[str, Any],
+        listen_conninfo: str | None = None,
         settings: WorkerSettings,
         middleware: Sequence[Middleware] = (),
         observers: Sequence[Observer] = (),
@@ -83,6 +85,8 @@ class Worker:
         self.app_pool = app_pool
         self.store = store
         self.conninfo = conninfo
+        # Where the LISTEN connection goes; None: no LISTEN, the worker polls.
+        self.listen_conninfo = listen_conninfo
         self.connect_kwargs = dict(connect_kwargs)
         self.settings = settings
         self.middleware = middleware
@@ -111,8 +115,9 @@ class Worker:
             self.conninfo,
             min_size=loops + 1,
             # the claim loops, the completer, heartbeat, maintenance, and one more (the
-            # scheduler's, for the moments a slot is due)
-            max_size=loops + 4,
+            # scheduler's, for the moments a slot is due); without a LISTEN connection,
+            # one for the polled aborts
+            max_size=loops + 4 + (self.listen_conninfo is None),
             kwargs=self._kwargs_for("worker"),
             configure=_configure,
             open=False,
@@ -162,11 +167,12 @@ class Worker:
             claim_loops=loops,
             limits=self.limits,
         )
-        services: list[Service] = [
-            completer,
-            Listener(
+        listen_conninfo = self.listen_conninfo
+        told: Service
+        if listen_conninfo is not None:
+            told = Listener(
                 connect=lambda: psycopg.AsyncConnection.connect(
-                    self.conninfo, **self._kwargs_for("listener")
+                    listen_conninfo, **self._kwargs_for("listener")
                 ),
                 store=self.store,
                 channel=channel,
@@ -177,7 +183,19 @@ class Worker:
                 health_interval=settings.listener_health_interval,
                 health_timeout=settings.listener_health_timeout,
                 observer=observer,
-            ),
+            )
+        else:  # no LISTEN: the claim loop polls, and cancels are looked for as often
+            told = AbortPoll(
+                pool=pool,
+                store=self.store,
+                worker=self.id,
+                dispatcher=dispatcher,
+                interval=settings.poll_interval,
+                observer=observer,
+            )
+        services: list[Service] = [
+            completer,
+            told,
             Heartbeat(
                 pool=pool,
                 store=self.store,
