@@ -449,8 +449,12 @@ class App:
         reads is made too (`asyncq_jobs_ready_by_task`).
         """
         limited = any(task.limits.any for task in self.tasks.values())
-        async with await psycopg.AsyncConnection.connect(self.dsn, **self.connect_kwargs()) as conn:
-            return await migrate.apply(conn, self.schema, ready_by_task=limited)
+        kwargs = self.connect_kwargs()
+        async with (
+            await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as lock,
+            await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as conn,
+        ):
+            return await migrate.apply(conn, self.schema, lock=lock, ready_by_task=limited)
 
     async def requeue(
         self,
