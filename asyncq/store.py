@@ -88,6 +88,9 @@ _ARRAY_INSERTS = {
 }
 
 REQUEUE_TRIES = 5
+# How long a worker's transaction may sit idle (its worker frozen) before the server ends
+# it, and its locks with it.
+IDLE_LIMIT = "5s"
 # Ready jobs of a task with group_concurrency that one claim looks at, outside its
 # saturated groups: a group with more ready jobs than this, at the head of the queue,
 # has its room filled first, and is then skipped by the next claims.
@@ -323,11 +326,16 @@ class Store:
 
     async def try_lock(self, conn: Conn, *, name: str, schema: str) -> bool:
         """Take the transaction's advisory lock on ``name`` for ``schema``; False if another
-        session holds it. Call inside a transaction: the lock ends with it."""
-        row = await (
-            await conn.execute(self.q["try_lock"], {"name": name, "schema": schema})
-        ).fetchone()
+        session holds it. Call inside a transaction, first: the lock ends with it, and the
+        transaction's idle time is bounded as by `limit_idle`."""
+        params = {"name": name, "schema": schema, "idle": IDLE_LIMIT}
+        row = await (await conn.execute(self.q["try_lock"], params)).fetchone()
         return bool(row and row[0])
+
+    async def limit_idle(self, conn: Conn) -> None:
+        """Bound how long the transaction begun on ``conn`` may sit idle (its worker
+        frozen) before the server ends it: the first statement of a worker's transaction."""
+        await conn.execute(self.q["limit_idle"], {"idle": IDLE_LIMIT})
 
     async def reap_expired(self, conn: Conn, *, limit: int) -> dict[int, str]:
         """Return jobs with expired leases to the queue (or to failed)."""

@@ -311,7 +311,17 @@ SELECT j.id, j.claims
 
 -- name: try_lock
 -- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
-SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || %(schema)s::text))
+-- The first statement of the gate's transaction: it bounds its idle time, as limit_idle does.
+SELECT pg_try_advisory_xact_lock(hashtext('asyncq.' || %(name)s::text || '.' || %(schema)s::text)),
+       set_config('idle_in_transaction_session_timeout', %(idle)s, true)
+
+-- name: limit_idle
+-- The first statement of a worker's other transactions: a worker frozen inside one
+-- (SIGSTOP, a paused VM) must not hold its locks for longer than this. Set for the
+-- transaction only, never for the session: through PgBouncer in transaction mode the
+-- session's setting would stay on a server connection that other clients use next, and
+-- not follow this client to the next one.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)
 
 -- name: reap_expired
 -- Jobs whose worker stopped renewing the lease: the attempt counts. A job a cancel asked

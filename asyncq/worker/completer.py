@@ -115,6 +115,7 @@ class Completer:
             # One transaction, so that a retry never repeats half a write.
             statuses: dict[int, str] = {}
             async with conn.transaction():
+                await self.store.limit_idle(conn)
                 for kind, outcomes in by_kind.items():
                     statuses.update(await self._statement(conn, kind, outcomes))
             return statuses

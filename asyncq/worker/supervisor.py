@@ -119,7 +119,6 @@ class Worker:
             # one for the polled aborts
             max_size=loops + 4 + (self.listen_conninfo is None),
             kwargs=self._kwargs_for("worker"),
-            configure=_configure,
             open=False,
             name=f"asyncq-worker-{self.id}",
             **reconnect_options(),
@@ -359,9 +358,3 @@ def _storable_in(server_encoding: str) -> Callable[[str], str]:
     if server_encoding in ("UTF8", "SQL_ASCII"):
         return lambda text: text
     return lambda text: text.encode("ascii", "backslashreplace").decode("ascii")
-
-
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    # A worker frozen inside a transaction (SIGSTOP, a paused VM) must not hold its locks
-    # (the maintenance gate, the rows it writes) for longer than this.
-    await conn.execute("SET idle_in_transaction_session_timeout = '5s'")

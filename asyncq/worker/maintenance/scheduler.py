@@ -101,6 +101,7 @@ class Scheduler:
         async with self.pool.connection() as conn:
             await self.clock.measure(conn, self.store)
             async with conn.transaction():
+                await self.store.limit_idle(conn)
                 last = await self.store.declare_schedules(
                     conn, schedules=list(self.schedules.values()), now=self.clock.now()
                 )
