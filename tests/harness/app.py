@@ -6,6 +6,9 @@ when the task returns, ``cancel`` when it is cancelled, and a few events of its 
 The environment sets the App up: ``$ASYNCQ_DSN`` the database, ``$HARNESS_SCHEMA`` its
 schema (unset: the connection's current one), ``$HARNESS_CONNECT_TIMEOUT`` the connect
 timeout (10 s), ``$HARNESS_POOL_MAX`` the pool's size (unset: asyncq's default);
+behind PgBouncer (``tests/pgbouncer``), ``$HARNESS_LISTEN_DSN`` where the LISTEN
+connections go, ``$HARNESS_LISTEN=0`` none at all, ``$HARNESS_PREPARE_THRESHOLD``
+psycopg's (``none``: no prepared statements);
 ``$HARNESS_FIXED=1`` fixes the bug of `until_fixed`, ``$HARNESS_SELF_STOP=1`` makes
 `freeze_then` stop its own worker process with SIGSTOP during attempt 1: the freeze
 then falls at a known point of the task, so what the task does once thawed happens
@@ -23,10 +26,14 @@ import asyncq
 from tests.harness.ledger import record
 
 _pool_max = os.environ.get("HARNESS_POOL_MAX")
+_prepare = os.environ.get("HARNESS_PREPARE_THRESHOLD", "5")
 app = asyncq.App(
     schema=os.environ.get("HARNESS_SCHEMA") or None,
     connect_timeout=float(os.environ.get("HARNESS_CONNECT_TIMEOUT", "10")),
     pool_max_size=int(_pool_max) if _pool_max else None,
+    listen_dsn=os.environ.get("HARNESS_LISTEN_DSN") or None,
+    listen=os.environ.get("HARNESS_LISTEN", "1") != "0",
+    prepare_threshold=None if _prepare == "none" else int(_prepare),
 )
 
 AT_ONCE = asyncq.Backoff(base=0, cap=0, jitter=0)
