@@ -9,6 +9,7 @@ are small (``default_pool_size``, 2 unless told), so that one client's transacti
 land on different server connections: whatever asyncq kept in a session would show.
 Nothing else is configured: ``ignore_startup_parameters`` is empty and
 ``server_reset_query`` is left at its default (transaction mode does not run it).
+``extra`` settings replace the test's own (the README's, for its example).
 
 As root, PgBouncer (which refuses to run as root) runs as ``nobody``, and its folder is
 ``nobody``'s. Its log (stderr) goes to ``pgbouncer.log`` in the folder.
@@ -71,6 +72,7 @@ class PgBouncer:
         *,
         pool_size: int = 2,
         max_prepared_statements: int | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.executable = executable
         self.version = version(executable)
@@ -81,6 +83,7 @@ class PgBouncer:
         self.server_port = str(server.get("port") or "5432")
         self.pool_size = pool_size
         self.max_prepared_statements = max_prepared_statements
+        self.extra = dict(extra or {})
         self.folder = Path(tempfile.mkdtemp(prefix="pgb-"))
         self.log = self.folder / "pgbouncer.log"
         self.port = 0
@@ -109,32 +112,39 @@ class PgBouncer:
 
     # -- the process ------------------------------------------------------------------
 
-    def ini(self) -> str:
-        extra = ""
+    def settings(self) -> dict[str, str]:
+        """The ``[pgbouncer]`` section: the test's own, then ``extra`` over it."""
+        settings = {
+            "listen_addr": "127.0.0.1",
+            "listen_port": str(self.port),
+            "unix_socket_dir": "",
+            "auth_type": "trust",
+            "auth_file": str(self.folder / "users.txt"),
+            "admin_users": self.user,
+            "pool_mode": "transaction",
+            "default_pool_size": str(self.pool_size),
+            "min_pool_size": "0",
+            "reserve_pool_size": "0",
+            "max_client_conn": "500",
+            # A client that waits this long for a server connection gets an error rather
+            # than hanging the test.
+            "query_wait_timeout": "60",
+            "logfile": "",
+            "log_connections": "0",
+            "log_disconnections": "0",
+        }
         if self.max_prepared_statements is not None:
-            extra += f"max_prepared_statements = {self.max_prepared_statements}\n"
+            settings["max_prepared_statements"] = str(self.max_prepared_statements)
+        settings.update(self.extra)
+        return settings
+
+    def ini(self) -> str:
+        lines = [f"{key} = {value}".rstrip() for key, value in self.settings().items()]
         return (
             "[databases]\n"
             f"* = host={self.server_host} port={self.server_port}\n"
             "\n"
-            "[pgbouncer]\n"
-            "listen_addr = 127.0.0.1\n"
-            f"listen_port = {self.port}\n"
-            "unix_socket_dir =\n"
-            "auth_type = trust\n"
-            f"auth_file = {self.folder / 'users.txt'}\n"
-            f"admin_users = {self.user}\n"
-            "pool_mode = transaction\n"
-            f"default_pool_size = {self.pool_size}\n"
-            "min_pool_size = 0\n"
-            "reserve_pool_size = 0\n"
-            "max_client_conn = 500\n"
-            # A client that waits this long for a server connection gets an error
-            # rather than hanging the test.
-            "query_wait_timeout = 60\n"
-            "logfile =\n"
-            "log_connections = 0\n"
-            "log_disconnections = 0\n" + extra
+            "[pgbouncer]\n" + "\n".join(lines) + "\n"
         )
 
     def start(self, timeout: float = 15) -> PgBouncer:

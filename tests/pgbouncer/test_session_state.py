@@ -77,7 +77,9 @@ def test_one_client_runs_on_several_server_connections(bouncer: PgBouncer, dsn: 
     assert len(seen) > 1
 
 
-@pytest.mark.skipif(VERSION >= (1, 21), reason="PgBouncer 1.21 and later keep prepared statements")
+@pytest.mark.skipif(
+    VERSION >= (1, 21), reason="PgBouncer 1.21+ may keep prepared statements (by its settings)"
+)
 def test_prepared_statements_break_without_prepare_threshold_none(
     bouncer: PgBouncer, dsn: str
 ) -> None:
@@ -111,16 +113,17 @@ def test_prepared_statements_break_without_prepare_threshold_none(
             conn.close()
 
 
-@pytest.mark.skipif(VERSION < (1, 21), reason="max_prepared_statements needs PgBouncer 1.21+")
+@pytest.mark.skipif(VERSION < (1, 22), reason="psycopg's prepared statements need PgBouncer 1.22+")
 async def test_with_max_prepared_statements_the_default_threshold_works(
-    pgbouncer_binary: str, server_dsn: str, dsn: str, db: Any
+    pgbouncer_binary: str, server_dsn: str, throwaway_dsn: str
 ) -> None:
-    """PgBouncer 1.21+ with ``max_prepared_statements`` keeps psycopg's prepared
-    statements (protocol-level, as psycopg sends them with libpq 17+): asyncq's default
-    ``prepare_threshold`` works through it."""
+    """PgBouncer 1.22+ with ``max_prepared_statements`` keeps psycopg's prepared
+    statements (closed at the protocol level, as psycopg does with libpq 17+, or all at
+    once by DEALLOCATE ALL after a rollback or DDL): asyncq's default
+    ``prepare_threshold`` works through it, migrations included."""
     bouncer = start(pgbouncer_binary, server_dsn, max_prepared_statements=200)
     try:
-        app = asyncq.App(bouncer.through(dsn), listen_dsn=dsn)
+        app = asyncq.App(bouncer.through(throwaway_dsn), listen_dsn=throwaway_dsn)
         ran: list[int] = []
 
         @app.task(name="pgb.prepared")
@@ -128,6 +131,7 @@ async def test_with_max_prepared_statements_the_default_threshold_works(
             ran.append(n)
 
         async with app:
+            await app.migrate()
             for n in range(20):
                 await work.defer(n)
             await work.defer_many([{"n": n} for n in range(20, 40)])
