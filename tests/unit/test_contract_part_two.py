@@ -53,3 +53,22 @@ def test_bad_declarations_are_refused_before_anything_is_written() -> None:
         app.task(name="t.rate", rate_limit="fast")(f)
     with pytest.raises(asyncq.ConfigurationError, match="concurrency"):
         app.task(name="t.conc", concurrency=0)(f)
+
+
+def test_the_scale_and_failover_names() -> None:
+    """``App(..., listen_dsn=...)`` and ``listen=False``; with ``prepare_threshold``, the
+    options a PgBouncer in transaction mode needs. Bad values are refused at App()."""
+    assert {"listen_dsn", "listen", "prepare_threshold"} <= keywords(asyncq.App)
+    app = asyncq.App("postgresql://pgbouncer.invalid/x", listen_dsn="postgresql://db.invalid/x")
+    assert app.listen and app.prepare_threshold == 5  # psycopg's own default
+    assert not asyncq.App("postgresql://pgbouncer.invalid/x", listen=False).listen
+    assert asyncq.App("postgresql://x.invalid/x", prepare_threshold=None).prepare_threshold is None
+    for bad in (
+        {"listen_dsn": "postgresql://db.invalid/x", "listen": False},
+        {"listen_dsn": ""},
+        {"listen": "no"},
+        {"prepare_threshold": -1},
+        {"prepare_threshold": True},
+    ):
+        with pytest.raises(asyncq.ConfigurationError):
+            asyncq.App("postgresql://x.invalid/x", **bad)  # type: ignore[arg-type]
