@@ -130,3 +130,47 @@ async def test_a_waiting_worker_is_woken_by_its_own_apps_jobs(
         tg.cancel_scope.cancel()
     assert b.ran == []
     assert [r[2] for r in rows(tdb, "tenant_b")] == ["queued"]
+
+
+async def test_a_current_schema_chosen_by_the_databases_search_path(
+    bouncer: PgBouncer, throwaway_dsn: str, tdb: Any
+) -> None:
+    """Without App(schema=...), the jobs live in the current schema: through PgBouncer,
+    one the server gives every session (ALTER DATABASE/ROLE ... SET search_path), as
+    the DSN's ``options`` cannot (PgBouncer refuses them)."""
+    tdb.execute("CREATE SCHEMA jobs_here")
+    database = tdb.info.dbname
+    tdb.execute(
+        sql.SQL("ALTER DATABASE {} SET search_path = jobs_here").format(sql.Identifier(database))
+    )
+    refused = asyncq.App(
+        f"{bouncer.through(throwaway_dsn)} options=-csearch_path=jobs_here",
+        listen_dsn=throwaway_dsn,
+        prepare_threshold=None,
+    )
+    with pytest.raises(asyncq.DatabaseUnavailable, match="unsupported startup parameter: options"):
+        await refused.open()
+
+    app = bounced_app(bouncer, throwaway_dsn)
+    ran: list[int] = []
+
+    @app.task(name=NAME)
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    async with app, anyio.create_task_group() as tg:
+        assert await app.migrate() == ALL_VERSIONS
+        tg.start_soon(partial(app.run_worker, poll_interval=60, handle_signals=False))
+        await anyio.sleep(1.0)  # the worker listens, on the channel of jobs_here
+        await work.defer(1)
+        await work.defer_many([{"n": 2}, {"n": 3}])
+        with anyio.fail_after(10):
+            while sorted(ran) != [1, 2, 3]:  # noqa: ASYNC110 - the worker appends
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    assert rows(tdb, "jobs_here") == [(1, 1, "done"), (2, 2, "done"), (3, 3, "done")]
+    tables = tdb.execute(
+        "SELECT DISTINCT table_schema FROM information_schema.tables"
+        " WHERE table_name LIKE 'asyncq%'"
+    ).fetchall()
+    assert tables == [("jobs_here",)]
