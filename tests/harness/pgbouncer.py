@@ -12,7 +12,9 @@ Nothing else is configured: ``ignore_startup_parameters`` is empty and
 ``extra`` settings replace the test's own (the README's, for its example).
 
 As root, PgBouncer (which refuses to run as root) runs as ``nobody``, and its folder is
-``nobody``'s. Its log (stderr) goes to ``pgbouncer.log`` in the folder.
+``nobody``'s. Its log (stderr) goes to ``pgbouncer.log`` in the folder. A server on a
+Unix socket (the embedded one, whose socket lies in root's home, where ``nobody`` may
+not go) is reached through a `SocketRelay` on 127.0.0.1 in the test process.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +65,52 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class SocketRelay:
+    """A TCP port of 127.0.0.1 whose connections are passed on to a Unix socket, by
+    threads of its own, until `close`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.path)
+            except OSError:
+                client.close()
+                upstream.close()
+                continue
+            self.open += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 class PgBouncer:
     """One pgbouncer process in front of the server of ``server_dsn``."""
 
@@ -81,6 +130,10 @@ class PgBouncer:
         self.password = str(server.get("password") or "")
         self.server_host = str(server.get("host") or "localhost")
         self.server_port = str(server.get("port") or "5432")
+        self.relay: SocketRelay | None = None
+        if self.server_host.startswith("/") and os.geteuid() == 0:
+            self.relay = SocketRelay(f"{self.server_host}/.s.PGSQL.{self.server_port}")
+            self.server_host, self.server_port = "127.0.0.1", str(self.relay.port)
         self.pool_size = pool_size
         self.max_prepared_statements = max_prepared_statements
         self.extra = dict(extra or {})
@@ -195,4 +248,6 @@ class PgBouncer:
     def close(self) -> None:
         """Stop the process and remove its folder."""
         self.stop()
+        if self.relay is not None:
+            self.relay.close()
         shutil.rmtree(self.folder, ignore_errors=True)
