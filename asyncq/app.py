@@ -22,7 +22,7 @@ from asyncq import admin, codec, embedded, migrate
 from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
-from asyncq.pools import reconnect_options
+from asyncq.pools import reconnect_options, tcp_defaults
 from asyncq.results import Results
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
@@ -180,6 +180,7 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         self._middleware: list[Middleware] = []
         self._dsn: str | None = None
+        self._tcp = tcp_defaults("")  # less what the DSN sets, once it is resolved
         self._pool: AsyncConnectionPool | None = None
 
     # -- tasks ------------------------------------------------------------------
@@ -350,7 +351,8 @@ class App:
 
     def connect_kwargs(self, *, role: str | None = None) -> dict[str, Any]:
         """Options of every connection the App opens; ``role`` is added to its
-        application_name (``<name>:<pid>:<role>``)."""
+        application_name (``<name>:<pid>:<role>``). TCP keepalives and a TCP user timeout
+        (`asyncq.pools.TCP_DEFAULTS`) unless the DSN sets them."""
         name = f"{self.application_name}:{os.getpid()}"
         return {
             "autocommit": True,
@@ -360,10 +362,7 @@ class App:
             "client_encoding": "UTF8",
             "prepare_threshold": self.prepare_threshold,
             "connect_timeout": max(1, round(self.connect_timeout)),
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
+            **self._tcp,
         }
 
     async def _resolve_dsn(self) -> str:
@@ -381,6 +380,7 @@ class App:
         if self._pool is not None:
             return
         dsn = await self._resolve_dsn()
+        self._tcp = tcp_defaults(dsn)
         try:  # one direct connection first: its error says why, where a pool only times out
             probe = await psycopg.AsyncConnection.connect(dsn, **self.connect_kwargs())
         except psycopg.OperationalError as exc:

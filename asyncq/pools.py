@@ -1,12 +1,21 @@
-"""How asyncq uses its connection pools: reconnecting, and keeping a connection.
+"""How asyncq uses its connections: the TCP options of every connection, reconnecting,
+and keeping a connection.
 
-psycopg_pool retries a connection that failed after 1, 2, 4, 8... seconds, for up to its
-``reconnect_timeout`` (five minutes by default), and while a slot waits for its next try
-the pool opens nothing else in it. A server back after 17 s then waits for the try at
-about 31 s: a worker sat idle that long, and its heartbeat, on a pool of two, could miss
-a whole lease and lose the job it was running to the reaper. asyncq's pools give a series
-of tries up after a few seconds and start a new one at once, so that a connection is
-tried at least every two seconds for as long as the server is away.
+**Dead peers.** A connection whose peer vanished without a word (a dropped NAT entry, a
+hung pooler or VM, a cut link) is noticed by the kernel's own limits only after about
+15 minutes for a statement waiting for its answer and two hours for an idle one. Every
+connection asyncq opens asks for TCP keepalives and a TCP user timeout (`TCP_DEFAULTS`,
+less what its DSN sets itself), so that the kernel gives such a connection up within
+about 6 s, idle or busy, and the next read fails as after any lost connection.
+
+**Reconnecting.** psycopg_pool retries a connection that failed after 1, 2, 4, 8...
+seconds, for up to its ``reconnect_timeout`` (five minutes by default), and while a slot
+waits for its next try the pool opens nothing else in it. A server back after 17 s then
+waits for the try at about 31 s: a worker sat idle that long, and its heartbeat, on a
+pool of two, could miss a whole lease and lose the job it was running to the reaper.
+asyncq's pools give a series of tries up after a few seconds and start a new one at
+once, so that a connection is tried at least every two seconds for as long as the
+server is away.
 """
 
 from __future__ import annotations
@@ -16,12 +25,38 @@ import time
 from typing import Any
 
 import anyio
+import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 RECONNECT_TIMEOUT = 4.0  # a series tries at about 0, 1, 3 and 4 s
 KEEP_IDLE = 0.1
 KEEP_FOR = 60.0
+
+# A connection is given up by the kernel after 6 s without an answer: an idle one sends
+# its first keepalive probe after 3 s of silence and one a second after that; one waiting
+# for an answer (or a probe's) gives up after 6 s without an acknowledgement. A peer that
+# is only slow answers the probes from its kernel, however long its statement runs.
+TCP_DEFAULTS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 3,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 6000,  # milliseconds
+}
+
+
+def tcp_defaults(dsn: str) -> dict[str, int]:
+    """`TCP_DEFAULTS` less the options ``dsn`` sets itself: the DSN's own values win."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        given = {}
+    defaults = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
+    if psycopg.pq.version() < 120000:  # libpq before 12 refuses tcp_user_timeout
+        defaults.pop("tcp_user_timeout", None)
+    return defaults
 
 
 async def reconnect_now(pool: AsyncConnectionPool) -> None:
