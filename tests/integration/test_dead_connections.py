@@ -1,19 +1,29 @@
-"""Connections that die, or never answer: the TCP options of every connection.
+"""Connections that die, or never answer: the TCP options of every connection, the
+deadline of every database call, and the pools replacing broken connections.
 
+A statement that never ends (``pg_sleep``) stands in for a peer that acknowledges every
+packet and never answers: the kernel sees nothing wrong, only the deadline can end it.
 The silent network itself is in ``tests/faults/test_partition.py``.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 import asyncq
-from asyncq.pools import TCP_DEFAULTS, tcp_defaults
+from asyncq import pools
+from asyncq.pools import TCP_DEFAULTS, KeptConnection, connection, tcp_defaults
 
 pytestmark = pytest.mark.anyio
+
+SLOW = "SELECT pg_sleep(30)"
 
 
 def options_in_force(conn: psycopg.AsyncConnection[Any]) -> dict[str, str]:
@@ -51,3 +61,92 @@ async def test_the_dsn_s_own_tcp_options_win(dsn: str) -> None:
             found = options_in_force(conn)
     assert (found["keepalives_idle"], found["tcp_user_timeout"]) == ("60", "20000")
     assert (found["keepalives_interval"], found["keepalives_count"]) == ("1", "3")
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[AsyncConnectionPool]:
+    opened = AsyncConnectionPool(
+        dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await opened.open(wait=True)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def backend(conn: psycopg.AsyncConnection[Any]) -> int:
+    return conn.info.backend_pid
+
+
+async def test_a_call_past_its_deadline_is_cut_and_its_connection_replaced(
+    pool: AsyncConnectionPool,
+) -> None:
+    async with connection(pool) as conn:
+        first = await backend(conn)
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"longer than 0\.5s") as raised:
+        async with connection(pool, 0.5) as conn:
+            assert await backend(conn) == first
+            await conn.execute(SLOW)
+    took = time.monotonic() - began
+    assert 0.45 < took < 2, took
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+    assert conn.closed  # not returned to the pool in an unknown state
+    async with connection(pool) as conn:
+        assert await backend(conn) != first
+        assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    assert pools.deadlines().watched == 0
+
+
+async def test_a_call_cut_inside_a_transaction_is_cut_all_the_same(
+    pool: AsyncConnectionPool,
+) -> None:
+    kept = KeptConnection(pool, deadline=0.3)
+    try:
+        with pytest.raises(TimeoutError):
+            async with kept.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1")
+                await conn.execute(SLOW)
+        assert conn.closed
+        async with kept.connection() as again:  # another connection, and it works
+            assert again is not conn
+            assert await (await again.execute("SELECT 2")).fetchone() == (2,)
+    finally:
+        await kept.release()
+
+
+async def test_a_call_within_its_deadline_keeps_its_connection(
+    pool: AsyncConnectionPool,
+) -> None:
+    async with connection(pool, 1.0) as conn:
+        first = await backend(conn)
+        await conn.execute("SELECT pg_sleep(0.2)")
+    await anyio.sleep(1.0)  # past the deadline: the timer finds nothing to cut
+    async with connection(pool) as conn:
+        assert await backend(conn) == first
+    assert pools.deadlines().watched == 0
+
+
+async def test_a_wait_for_a_connection_ends_at_the_deadline(dsn: str) -> None:
+    small = AsyncConnectionPool(
+        dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    )
+    async with small, connection(small):
+        began = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):  # PoolTimeout
+            async with connection(small, 0.3):
+                pass
+        assert time.monotonic() - began < 1
+
+
+async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
+    pool: AsyncConnectionPool, db: psycopg.Connection[Any]
+) -> None:
+    async with connection(pool) as conn:
+        first = await backend(conn)
+    db.execute("SELECT pg_terminate_backend(%s)", (first,))
+    await anyio.sleep(0.2)  # the server's goodbye reaches the idle socket
+    async with connection(pool) as conn:  # no error: the dead one is replaced at once
+        assert await backend(conn) != first
+        assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
