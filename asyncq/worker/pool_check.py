@@ -1,9 +1,10 @@
 """The pool check: now and then one idle connection of the App's pool (which the worker
 itself does not use: only its tasks and their defers do) makes a round trip; a broken
-one is discarded, and the pool opens another. The pool hands out its connections first
-in, first out, so one check after another reaches each of them. Without it, after a
-server restart or a failover, a dead connection could sit in the pool until a task
-took it and failed."""
+one is discarded, and the pool opens another (one whose socket already says it is gone
+is discarded without a round trip, `asyncq.pools.take`). The pool hands out its
+connections first in, first out, so one check after another reaches each of them.
+Without it, after a server restart or a failover, a dead connection could sit in the
+pool until a task took it and failed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
@@ -26,10 +28,10 @@ class PoolCheck:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        await every(self.name, lambda: INTERVAL, self.check_one, self.observer, deadline=INTERVAL)
+        await every(self.name, lambda: INTERVAL, self.check_one, self.observer)
 
     async def check_one(self) -> None:
         if not self.pool.get_stats().get("pool_available"):
             return  # every connection is in use, and so known to work, or soon not to
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool, INTERVAL) as conn:
             await conn.execute("")
