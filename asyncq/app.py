@@ -18,7 +18,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import admin, codec, embedded, migrate
+from asyncq import admin, codec, embedded, migrate, pools
 from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
@@ -468,13 +468,13 @@ class App:
         By ``ids``; or every failed job, narrowed to ``queues`` and ``tasks`` when given.
         Done, running and queued jobs are refused, with the reason in the result.
         """
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.requeue(conn, self.store, ids, queues=queues, tasks=tasks)
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule this App declares or the database holds: its cron, time zone,
         task, next and last slot, and the last job it made."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.schedules(conn, self.store, self.schedules.values())
 
     async def cancel(self, *job_ids: int) -> dict[int, str]:
@@ -485,18 +485,18 @@ class App:
         and the row ends ``cancelled``, never retried. Any other id maps to why not: its
         status (``done``, ``failed``, ``cancelled``) or ``not found``.
         """
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.cancel(conn, self.store, job_ids)
 
     async def pause(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue`` (running jobs finish; defers still
         write). False if it was paused already."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.pause(conn, self.store, queue)
 
     async def resume(self, queue: str) -> bool:
         """Let workers claim from ``queue`` again. False if it was not paused."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.resume(conn, self.store, queue)
 
     async def result(self, job_id: int, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109

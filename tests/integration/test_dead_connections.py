@@ -150,3 +150,25 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
     async with connection(pool) as conn:  # no error: the dead one is replaced at once
         assert await backend(conn) != first
         assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+
+
+async def test_app_calls_have_the_deadline(
+    app: asyncq.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admin calls of the App run with `pools.DEADLINE`: here 0.3 s, against a queue
+    settings row locked by another transaction, which makes pause wait for ever."""
+    monkeypatch.setattr(pools, "DEADLINE", 0.3)
+    await app.pause("blocked")
+    await app.resume("blocked")
+    with psycopg.connect(app.dsn, autocommit=True) as other, other.transaction():
+        other.execute("SELECT 1 FROM asyncq_queues WHERE name = 'blocked' FOR UPDATE")
+        began = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await app.pause("blocked")
+        assert time.monotonic() - began < 2
+    # The abandoned statement may still run once the lock is gone: its answer is lost,
+    # not its effect. The App goes on.
+    await app.pause("blocked")
+    with psycopg.connect(app.dsn) as check:
+        paused = check.execute("SELECT paused_at FROM asyncq_queues WHERE name = 'blocked'")
+        assert paused.fetchone() != (None,)
