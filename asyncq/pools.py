@@ -28,8 +28,8 @@ pool of two, could miss a whole lease and lose the job it was running to the rea
 asyncq's pools give a series of tries up after a few seconds and start a new one at
 once, so that a connection is tried at least every two seconds for as long as the
 server is away. A connection handed out by a pool whose socket already says it is gone
-(the kernel gave it up, the server closed it) is replaced at once, before a call fails
-on it (`fresh`).
+(the kernel gave it up, the server closed it) is replaced, and the next idle one used,
+before a call is sent on it (`take`).
 """
 
 from __future__ import annotations
@@ -198,16 +198,23 @@ def fresh(conn: AsyncConnection[Any]) -> bool:
 
 
 async def take(pool: AsyncConnectionPool, seconds: float) -> AsyncConnection[Any]:
-    """A connection from ``pool`` within ``seconds`` (else `PoolTimeout`), one
-    that `fresh` finds alive: any other is closed and given back, for the pool to
-    replace, and the next one taken at once."""
-    until = time.monotonic() + seconds
-    while True:
-        conn = await pool.getconn(timeout=max(0.0, until - time.monotonic()))
-        if fresh(conn):
-            return conn
+    """A connection from ``pool`` within ``seconds`` (else `PoolTimeout`). One that `fresh`
+    finds gone is closed and given back, for the pool to replace, and the next idle one
+    taken; when no idle one is left, the call fails at once (`OperationalError`), as it
+    would have on the dead connection, and its caller tries again later. Waiting here for
+    the replacements would make the pool open one more connection for each caller that
+    waits (psycopg_pool grows for a waiting caller, replacements or not)."""
+    conn = await pool.getconn(timeout=seconds)
+    while not fresh(conn):
         await conn.close()
         await _give_back(pool, conn)
+        if not pool.get_stats().get("pool_available"):
+            raise psycopg.OperationalError(
+                "the pool's idle connections were lost (closed by the server, or given up"
+                " by the kernel): it opens new ones"
+            )
+        conn = await pool.getconn(timeout=seconds)
+    return conn
 
 
 async def _give_back(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> None:
