@@ -171,7 +171,8 @@ class App:
             store=self.store,
             pool=lambda: self.pool,
             connect=lambda: psycopg.AsyncConnection.connect(
-                self.listen_dsn, **self.connect_kwargs(role="results")
+                self.listen_dsn,
+                **pools.for_dsn(self.connect_kwargs(role="results"), self.listen_dsn),
             ),
             poll_interval=result_poll_interval,
             listen=listen,

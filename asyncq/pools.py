@@ -39,6 +39,7 @@ import select
 import socket
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -76,6 +77,13 @@ def tcp_defaults(dsn: str) -> dict[str, int]:
     if psycopg.pq.version() < 120000:  # libpq before 12 refuses tcp_user_timeout
         defaults.pop("tcp_user_timeout", None)
     return defaults
+
+
+def for_dsn(kwargs: Mapping[str, Any], dsn: str) -> dict[str, Any]:
+    """``kwargs`` (made for the App's DSN) with the TCP options `tcp_defaults` gives for
+    ``dsn``: a LISTEN connection may go to another DSN (``App(listen_dsn=...)``), whose
+    own options win there."""
+    return {**{k: v for k, v in kwargs.items() if k not in TCP_DEFAULTS}, **tcp_defaults(dsn)}
 
 
 async def reconnect_now(pool: AsyncConnectionPool) -> None:

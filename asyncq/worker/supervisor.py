@@ -171,7 +171,7 @@ class Worker:
         if listen_conninfo is not None:
             told = Listener(
                 connect=lambda: psycopg.AsyncConnection.connect(
-                    listen_conninfo, **self._kwargs_for("listener")
+                    listen_conninfo, **pools.for_dsn(self._kwargs_for("listener"), listen_conninfo)
                 ),
                 store=self.store,
                 channel=channel,

@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 import asyncq
 from asyncq import pools
-from asyncq.pools import TCP_DEFAULTS, KeptConnection, connection, tcp_defaults
+from asyncq.pools import TCP_DEFAULTS, KeptConnection, connection, for_dsn, tcp_defaults
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +39,20 @@ def test_tcp_defaults_yield_to_the_dsn() -> None:
         "keepalives_count": 3,
     }
     assert tcp_defaults("host=db keepalives=0")["tcp_user_timeout"] == 6000
+
+
+def test_a_listen_dsn_s_own_tcp_options_win_on_the_listen_connections() -> None:
+    made_for_the_dsn = {
+        "application_name": "asyncq:1:results",
+        **tcp_defaults("keepalives_idle=30"),
+    }
+    assert for_dsn(made_for_the_dsn, "host=direct tcp_user_timeout=0") == {
+        "application_name": "asyncq:1:results",
+        "keepalives": 1,
+        "keepalives_idle": 3,  # the main DSN's own value is not the listen DSN's
+        "keepalives_interval": 1,
+        "keepalives_count": 3,
+    }
 
 
 async def test_every_connection_of_the_app_has_the_tcp_options(app: asyncq.App) -> None:
