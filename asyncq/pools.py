@@ -27,15 +27,12 @@ waits for the try at about 31 s: a worker sat idle that long, and its heartbeat,
 pool of two, could miss a whole lease and lose the job it was running to the reaper.
 asyncq's pools give a series of tries up after a few seconds and start a new one at
 once, so that a connection is tried at least every two seconds for as long as the
-server is away. A connection handed out by a pool whose socket already says it is gone
-(the kernel gave it up, the server closed it) is replaced, and the next idle one used,
-before a call is sent on it (`take`).
+server is away.
 """
 
 from __future__ import annotations
 
 import asyncio
-import select
 import socket
 import time
 import weakref
@@ -182,49 +179,6 @@ def cut(conn: AsyncConnection[Any]) -> None:
         pass  # not connected any more
 
 
-def fresh(conn: AsyncConnection[Any]) -> bool:
-    """False if an idle connection's socket already has something to say: an error or a
-    hang-up (the kernel gave the peer up, the server closed it), or bytes nobody asked
-    for. No round trip: a look at the socket. A server's unprompted message (a parameter
-    it reports, changed by a reload) also counts: that connection is replaced needlessly,
-    at the cost of a reconnect."""
-    if conn.closed or conn.broken:
-        return False
-    try:
-        fd = conn.pgconn.socket
-    except psycopg.OperationalError:
-        return False
-    try:
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(fd, select.POLLIN | select.POLLPRI)
-            return not poller.poll(0)
-        readable, _, failed = select.select([fd], [], [fd], 0)
-        return not (readable or failed)
-    except (OSError, ValueError):
-        return False
-
-
-async def take(pool: AsyncConnectionPool, seconds: float) -> AsyncConnection[Any]:
-    """A connection from ``pool`` within ``seconds`` (else `PoolTimeout`). One that `fresh`
-    finds gone is closed and given back, for the pool to replace, and the next idle one
-    taken; when no idle one is left, the call fails at once (`OperationalError`), as it
-    would have on the dead connection, and its caller tries again later. Waiting here for
-    the replacements would make the pool open one more connection for each caller that
-    waits (psycopg_pool grows for a waiting caller, replacements or not)."""
-    conn = await pool.getconn(timeout=seconds)
-    while not fresh(conn):
-        await conn.close()
-        await _give_back(pool, conn)
-        if not pool.get_stats().get("pool_available"):
-            raise psycopg.OperationalError(
-                "the pool's idle connections were lost (closed by the server, or given up"
-                " by the kernel): it opens new ones"
-            )
-        conn = await pool.getconn(timeout=seconds)
-    return conn
-
-
 async def _give_back(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> None:
     with anyio.CancelScope(shield=True):  # a cancelled caller must not leak its connection
         await pool.putconn(conn)
@@ -249,7 +203,7 @@ class _Call(_Watched):
 
     async def __aenter__(self) -> AsyncConnection[Any]:
         self.since = time.monotonic()
-        self.conn = await take(self.pool, self.deadline)
+        self.conn = await self.pool.getconn(timeout=self.deadline)
         deadlines().watch(self, self.deadline - (time.monotonic() - self.since))
         return self.conn
 
@@ -353,7 +307,7 @@ class _Use(_Watched):
         conn, kept._conn = kept._conn, None
         if conn is None:
             began = time.monotonic()
-            self.conn, self.since = await take(kept.pool, kept.deadline), began
+            self.conn, self.since = await kept.pool.getconn(timeout=kept.deadline), began
             left = kept.deadline - (time.monotonic() - began)
         else:
             self.conn, self.since, left = conn, kept._since, kept.deadline

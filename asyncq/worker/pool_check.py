@@ -1,10 +1,9 @@
 """The pool check: now and then one idle connection of the App's pool (which the worker
 itself does not use: only its tasks and their defers do) makes a round trip; a broken
-one is discarded, and the pool opens another (one whose socket already says it is gone
-is discarded without a round trip, `asyncq.pools.take`). The pool hands out its
-connections first in, first out, so one check after another reaches each of them.
-Without it, after a server restart or a failover, a dead connection could sit in the
-pool until a task took it and failed."""
+one is discarded, and the pool opens another. The pool hands out its connections first
+in, first out, so one check after another reaches each of them. Without it, after a
+server restart or a failover, a dead connection could sit in the pool until a task
+took it and failed."""
 
 from __future__ import annotations
 

@@ -5,22 +5,22 @@
 Over and over it defers a no-op job of the harness app (``work``, in the queue
 ``default``) and waits for its result with ``app.result``. Beside that it keeps one
 connection of its own idle, opened with the App's connection options, and watches its
-socket (`asyncq.pools.fresh`, no round trip) to see when the kernel gives the silent
-peer up. Each event is one JSON line on stdout: ``{"event": ..., "began": ..., "ended":
-..., "ok": ..., "error": ...}``, times from ``time.time()``.
+socket (a poll, no round trip) to see when the kernel gives the silent peer up. Each
+event is one JSON line on stdout: ``{"event": ..., "began": ..., "ended": ..., "ok":
+..., "error": ...}``, times from ``time.time()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import select
 import signal
 import time
 from typing import Any
 
 import psycopg
 
-from asyncq import pools
 from tests.harness.app import app, work
 
 RESULT_TIMEOUT = 60.0
@@ -31,11 +31,18 @@ def say(event: str, began: float, **fields: Any) -> None:
     print(json.dumps(line), flush=True)
 
 
+def alive(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """False once the idle connection's socket reports an error or a hang-up."""
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
+    return not poller.poll(0)
+
+
 async def watch_an_idle_connection() -> None:
     conn = await psycopg.AsyncConnection.connect(app.dsn, **app.connect_kwargs(role="idle"))
     began = time.time()
     say("idle_open", began)
-    while pools.fresh(conn):  # noqa: ASYNC110 - a socket looked at, no event to wait for
+    while alive(conn):  # noqa: ASYNC110 - a socket looked at, no event to wait for
         await asyncio.sleep(0.05)
     say("idle_dead", began)
     await conn.close()

@@ -1,5 +1,5 @@
-"""Connections that die, or never answer: the TCP options of every connection, the
-deadline of every database call, and the pools replacing broken connections.
+"""Connections that die, or never answer: the TCP options of every connection, and the
+deadline of every database call.
 
 A statement that never ends (``pg_sleep``) stands in for a peer that acknowledges every
 packet and never answers: the kernel sees nothing wrong, only the deadline can end it.
@@ -152,34 +152,6 @@ async def test_a_wait_for_a_connection_ends_at_the_deadline(dsn: str) -> None:
             async with connection(small, 0.3):
                 pass
         assert time.monotonic() - began < 1
-
-
-async def test_a_pooled_connection_the_server_closed_is_passed_over(
-    dsn: str, db: psycopg.Connection[Any]
-) -> None:
-    """A connection whose socket says it is gone is replaced, and the call goes to the next
-    idle one; with none left it fails at once, before anything is sent, and the pool has
-    opened new ones for the next call, no more than it had."""
-    two = AsyncConnectionPool(dsn, min_size=2, max_size=4, kwargs={"autocommit": True}, open=False)
-    async with two:
-        await two.wait()
-        async with connection(two) as a, connection(two) as b:
-            first, second = await backend(a), await backend(b)
-        db.execute("SELECT pg_terminate_backend(%s)", (first,))
-        await anyio.sleep(0.2)  # the server's goodbye reaches the idle socket
-        async with connection(two) as conn:  # no error: the dead one is passed over
-            assert await backend(conn) == second
-            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
-
-        db.execute("SELECT pg_terminate_backend(%s)", (second,))
-        await anyio.sleep(0.2)
-        with pytest.raises(psycopg.OperationalError, match="idle connections were lost"):
-            async with connection(two):
-                pass
-        await anyio.sleep(0.5)  # as a caller's backoff would
-        async with connection(two) as conn:
-            assert await backend(conn) not in (first, second)
-        assert two.get_stats()["pool_size"] == 2
 
 
 async def test_app_calls_have_the_deadline(
