@@ -18,11 +18,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import admin, codec, embedded, migrate
+from asyncq import admin, codec, embedded, migrate, pools
 from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
-from asyncq.pools import reconnect_options
+from asyncq.pools import reconnect_options, tcp_defaults
 from asyncq.results import Results
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
@@ -171,7 +171,8 @@ class App:
             store=self.store,
             pool=lambda: self.pool,
             connect=lambda: psycopg.AsyncConnection.connect(
-                self.listen_dsn, **self.connect_kwargs(role="results")
+                self.listen_dsn,
+                **pools.for_dsn(self.connect_kwargs(role="results"), self.listen_dsn),
             ),
             poll_interval=result_poll_interval,
             listen=listen,
@@ -180,6 +181,7 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         self._middleware: list[Middleware] = []
         self._dsn: str | None = None
+        self._tcp = tcp_defaults("")  # less what the DSN sets, once it is resolved
         self._pool: AsyncConnectionPool | None = None
 
     # -- tasks ------------------------------------------------------------------
@@ -350,7 +352,8 @@ class App:
 
     def connect_kwargs(self, *, role: str | None = None) -> dict[str, Any]:
         """Options of every connection the App opens; ``role`` is added to its
-        application_name (``<name>:<pid>:<role>``)."""
+        application_name (``<name>:<pid>:<role>``). TCP keepalives and a TCP user timeout
+        (`asyncq.pools.TCP_DEFAULTS`) unless the DSN sets them."""
         name = f"{self.application_name}:{os.getpid()}"
         return {
             "autocommit": True,
@@ -360,10 +363,7 @@ class App:
             "client_encoding": "UTF8",
             "prepare_threshold": self.prepare_threshold,
             "connect_timeout": max(1, round(self.connect_timeout)),
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
+            **self._tcp,
         }
 
     async def _resolve_dsn(self) -> str:
@@ -381,6 +381,7 @@ class App:
         if self._pool is not None:
             return
         dsn = await self._resolve_dsn()
+        self._tcp = tcp_defaults(dsn)
         try:  # one direct connection first: its error says why, where a pool only times out
             probe = await psycopg.AsyncConnection.connect(dsn, **self.connect_kwargs())
         except psycopg.OperationalError as exc:
@@ -468,13 +469,13 @@ class App:
         By ``ids``; or every failed job, narrowed to ``queues`` and ``tasks`` when given.
         Done, running and queued jobs are refused, with the reason in the result.
         """
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.requeue(conn, self.store, ids, queues=queues, tasks=tasks)
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule this App declares or the database holds: its cron, time zone,
         task, next and last slot, and the last job it made."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.schedules(conn, self.store, self.schedules.values())
 
     async def cancel(self, *job_ids: int) -> dict[int, str]:
@@ -485,18 +486,18 @@ class App:
         and the row ends ``cancelled``, never retried. Any other id maps to why not: its
         status (``done``, ``failed``, ``cancelled``) or ``not found``.
         """
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.cancel(conn, self.store, job_ids)
 
     async def pause(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue`` (running jobs finish; defers still
         write). False if it was paused already."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.pause(conn, self.store, queue)
 
     async def resume(self, queue: str) -> bool:
         """Let workers claim from ``queue`` again. False if it was not paused."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             return await admin.resume(conn, self.store, queue)
 
     async def result(self, job_id: int, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109

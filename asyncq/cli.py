@@ -18,7 +18,7 @@ import anyio
 import psycopg
 
 import asyncq
-from asyncq import admin, display
+from asyncq import admin, display, pools
 from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError
@@ -361,7 +361,7 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
 
 
 async def _jobs(app: App, args: argparse.Namespace) -> None:
-    async with app, app.pool.connection() as conn:
+    async with app, pools.connection(app.pool) as conn:
         found = await admin.jobs(
             conn,
             app.store,
@@ -393,7 +393,7 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
 
 
 async def _job(app: App, args: argparse.Namespace) -> None:
-    async with app, app.pool.connection() as conn:
+    async with app, pools.connection(app.pool) as conn:
         found = await admin.job(conn, app.store, args.id)
     if found is None:
         print(f"job {args.id}: not found", file=sys.stderr)
@@ -413,7 +413,7 @@ async def _job(app: App, args: argparse.Namespace) -> None:
 
 
 async def _queues(app: App, args: argparse.Namespace) -> None:
-    async with app, app.pool.connection() as conn:
+    async with app, pools.connection(app.pool) as conn:
         found = await admin.queues(conn, app.store)
     if args.json:
         for queue in found:
@@ -446,7 +446,7 @@ async def _queues(app: App, args: argparse.Namespace) -> None:
 
 
 async def _stats(app: App, args: argparse.Namespace) -> None:
-    async with app, app.pool.connection() as conn:
+    async with app, pools.connection(app.pool) as conn:
         found = await admin.stats(
             conn, app.store, max_snapshot_age=args.max_snapshot_age.total_seconds()
         )
@@ -507,6 +507,8 @@ async def _prune(app: App, args: argparse.Namespace) -> None:
         if shown:
             print(f"\rpruned {deleted} jobs...", end="", file=sys.stderr, flush=True)
 
+    # Batch after batch on one connection, as long as it takes: no deadline, only the TCP
+    # options against a peer that went silent (as for migrate).
     async with app, app.pool.connection() as conn:
         deleted = await admin.prune(conn, app.store, older_than=args.older_than, progress=progress)
     if shown:

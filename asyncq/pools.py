@@ -1,27 +1,86 @@
-"""How asyncq uses its connection pools: reconnecting, and keeping a connection.
+"""How asyncq uses its connections: the TCP options of every connection, a deadline on
+every database call, reconnecting, and keeping a connection.
 
-psycopg_pool retries a connection that failed after 1, 2, 4, 8... seconds, for up to its
-``reconnect_timeout`` (five minutes by default), and while a slot waits for its next try
-the pool opens nothing else in it. A server back after 17 s then waits for the try at
-about 31 s: a worker sat idle that long, and its heartbeat, on a pool of two, could miss
-a whole lease and lose the job it was running to the reaper. asyncq's pools give a series
-of tries up after a few seconds and start a new one at once, so that a connection is
-tried at least every two seconds for as long as the server is away.
+**Dead peers.** A connection whose peer vanished without a word (a dropped NAT entry, a
+hung pooler or VM, a cut link) is noticed by the kernel's own limits only after about
+15 minutes for a statement waiting for its answer and two hours for an idle one. Every
+connection asyncq opens asks for TCP keepalives and a TCP user timeout (`TCP_DEFAULTS`,
+less what its DSN sets itself), so that the kernel gives such a connection up within
+about 6 s, idle or busy, and the next read fails as after any lost connection.
+
+**Deadlines.** A peer that still answers TCP but never the query (a pooler that lost its
+server, a statement stuck behind a lock) is not dead to the kernel: every database call
+asyncq makes has a deadline (`DEADLINE` unless the caller says otherwise), counted from
+when it asks the pool for a connection. A call still in flight then is abandoned by
+cutting its connection (`Deadlines`): the socket is shut down, libpq fails the call as it
+fails after a TCP timeout, psycopg marks the connection broken, and the pool replaces it:
+it never goes back to the pool in an unknown state. The caller gets `TimeoutError` and,
+in the worker's services, tries again on another connection. The statement itself may
+have run: the server may have committed it and lost only the answer. Every write of the
+worker is safe to repeat (the fence on ``claims``), and a claim that committed leaves its
+jobs to their lease.
+
+**Reconnecting.** psycopg_pool retries a connection that failed after 1, 2, 4, 8...
+seconds, for up to its ``reconnect_timeout`` (five minutes by default), and while a slot
+waits for its next try the pool opens nothing else in it. A server back after 17 s then
+waits for the try at about 31 s: a worker sat idle that long, and its heartbeat, on a
+pool of two, could miss a whole lease and lose the job it was running to the reaper.
+asyncq's pools give a series of tries up after a few seconds and start a new one at
+once, so that a connection is tried at least every two seconds for as long as the
+server is away.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 RECONNECT_TIMEOUT = 4.0  # a series tries at about 0, 1, 3 and 4 s
 KEEP_IDLE = 0.1
 KEEP_FOR = 60.0
+
+# A connection is given up by the kernel after 6 s without an answer: an idle one sends
+# its first keepalive probe after 3 s of silence and one a second after that; one waiting
+# for an answer (or a probe's) gives up after 6 s without an acknowledgement. A peer that
+# is only slow answers the probes from its kernel, however long its statement runs.
+TCP_DEFAULTS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 3,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 6000,  # milliseconds
+}
+# Seconds a database call may take, from asking for a connection to its answer.
+DEADLINE = 10.0
+
+
+def tcp_defaults(dsn: str) -> dict[str, int]:
+    """`TCP_DEFAULTS` less the options ``dsn`` sets itself: the DSN's own values win."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        given = {}
+    defaults = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
+    if psycopg.pq.version() < 120000:  # libpq before 12 refuses tcp_user_timeout
+        defaults.pop("tcp_user_timeout", None)
+    return defaults
+
+
+def for_dsn(kwargs: Mapping[str, Any], dsn: str) -> dict[str, Any]:
+    """``kwargs`` (made for the App's DSN) with the TCP options `tcp_defaults` gives for
+    ``dsn``: a LISTEN connection may go to another DSN (``App(listen_dsn=...)``), whose
+    own options win there."""
+    return {**{k: v for k, v in kwargs.items() if k not in TCP_DEFAULTS}, **tcp_defaults(dsn)}
 
 
 async def reconnect_now(pool: AsyncConnectionPool) -> None:
@@ -35,6 +94,139 @@ def reconnect_options() -> dict[str, Any]:
     return {"reconnect_timeout": RECONNECT_TIMEOUT, "reconnect_failed": reconnect_now}
 
 
+# -- deadlines ------------------------------------------------------------------------------
+
+
+class _Watched:
+    """A call that `Deadlines` watches: it has a connection, and learns if it was cut."""
+
+    __slots__ = ("conn", "cut")
+
+    conn: AsyncConnection[Any]
+    cut: bool
+
+
+class Deadlines:
+    """The database calls in flight in one event loop, each with its deadline (`deadlines`
+    gives the running loop's). One timer, set for the earliest deadline, cuts the
+    connection of every call still in flight at its deadline; a call costs a dict entry,
+    not a timer of its own."""
+
+    def __init__(self) -> None:
+        self._calls: dict[_Watched, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+
+    def watch(self, call: _Watched, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        at = loop.time() + seconds
+        self._calls[call] = at
+        if at < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = loop.call_at(at, self._expire), at
+
+    def done(self, call: _Watched) -> None:
+        # The timer stays: it finds nothing due and is set again for what is left.
+        self._calls.pop(call, None)
+
+    @property
+    def watched(self) -> int:
+        return len(self._calls)
+
+    def _expire(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer, self._timer_at = None, float("inf")
+        now = loop.time()
+        earliest = float("inf")
+        for call, at in list(self._calls.items()):
+            if at <= now:
+                del self._calls[call]
+                call.cut = True
+                cut(call.conn)
+            elif at < earliest:
+                earliest = at
+        if earliest < self._timer_at:
+            self._timer, self._timer_at = loop.call_at(earliest, self._expire), earliest
+
+
+_deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def deadlines() -> Deadlines:
+    """The running event loop's `Deadlines`."""
+    loop = asyncio.get_running_loop()
+    found = _deadlines.get(loop)
+    if found is None:
+        found = _deadlines[loop] = Deadlines()
+    return found
+
+
+def cut(conn: AsyncConnection[Any]) -> None:
+    """Shut the connection's socket down, both ways: whatever waits on it wakes, and libpq
+    fails it (``server closed the connection unexpectedly``) as after a lost connection.
+    The file descriptor stays libpq's, to close."""
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return  # closed already
+    try:
+        with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:  # a duplicate
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected any more
+
+
+async def _give_back(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> None:
+    with anyio.CancelScope(shield=True):  # a cancelled caller must not leak its connection
+        await pool.putconn(conn)
+
+
+def connection(pool: AsyncConnectionPool, deadline: float | None = None) -> _Call:
+    """``async with connection(pool) as conn:`` one database call, from asking ``pool``
+    for a connection to the end of the block, within ``deadline`` seconds: past it the
+    connection is cut, and the block ends with `TimeoutError` (or `PoolTimeout`, while
+    it waited for a connection). The connection goes back to the pool after it, or is
+    replaced if it was cut or broke. ``deadline`` defaults to `DEADLINE`."""
+    return _Call(pool, DEADLINE if deadline is None else deadline)
+
+
+class _Call(_Watched):
+    __slots__ = ("deadline", "pool", "since")
+
+    def __init__(self, pool: AsyncConnectionPool, deadline: float) -> None:
+        self.pool = pool
+        self.deadline = deadline
+        self.cut = False
+
+    async def __aenter__(self) -> AsyncConnection[Any]:
+        self.since = time.monotonic()
+        self.conn = await self.pool.getconn(timeout=self.deadline)
+        deadlines().watch(self, self.deadline - (time.monotonic() - self.since))
+        return self.conn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        deadlines().done(self)
+        if self.cut:
+            await self.conn.close()
+        await _give_back(self.pool, self.conn)
+        if self.cut and isinstance(exc, Exception):
+            raise _timed_out(self.deadline) from exc
+
+
+def _timed_out(deadline: float) -> TimeoutError:
+    return TimeoutError(
+        f"a database call took longer than {deadline:g}s: its connection was closed"
+    )
+
+
+# -- a kept connection -------------------------------------------------------------------------
+
+
 class KeptConnection:
     """A connection kept out of a pool between the statements of one sequential user.
 
@@ -45,10 +237,13 @@ class KeptConnection:
     a quiet user never holds one that others wait for; after a failure, for the pool
     to reset or discard it; and after `KEEP_FOR` seconds, so the pool's lifetime limit
     still applies. Uses may overlap: the one that finds it taken checks out another.
+    Each use is one database call with its ``deadline`` (`DEADLINE` unless given; see
+    `connection`).
     """
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, deadline: float | None = None) -> None:
         self.pool = pool
+        self.deadline = DEADLINE if deadline is None else deadline
         self._conn: AsyncConnection[Any] | None = None
         self._since = 0.0
         self._used = 0.0
@@ -95,27 +290,40 @@ class KeptConnection:
         task.add_done_callback(self._returning.discard)
 
     async def _hand_back(self, conn: AsyncConnection[Any]) -> None:
-        with anyio.CancelScope(shield=True):  # a cancelled user must not leak its connection
-            await self.pool.putconn(conn)
+        await _give_back(self.pool, conn)
 
 
-class _Use:
+class _Use(_Watched):
     # A class, not @asynccontextmanager: an async generator per statement costs more
     # than the statement's own Python code.
-    __slots__ = ("conn", "kept", "since")
+    __slots__ = ("kept", "since", "watch")
 
     def __init__(self, kept: KeptConnection) -> None:
         self.kept = kept
+        self.cut = False
 
     async def __aenter__(self) -> AsyncConnection[Any]:
         kept = self.kept
         conn, kept._conn = kept._conn, None
         if conn is None:
-            self.conn, self.since = await kept.pool.getconn(), time.monotonic()
+            began = time.monotonic()
+            self.conn, self.since = await kept.pool.getconn(timeout=kept.deadline), began
+            left = kept.deadline - (time.monotonic() - began)
         else:
-            self.conn, self.since = conn, kept._since
+            self.conn, self.since, left = conn, kept._since, kept.deadline
+        self.watch = deadlines()
+        self.watch.watch(self, left)
         return self.conn
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if not self.kept._keep(self.conn, self.since, ok=exc_type is None):
-            await self.kept._hand_back(self.conn)
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self.watch.done(self)
+        kept = self.kept
+        if self.cut:
+            await self.conn.close()
+            await kept._hand_back(self.conn)
+            if isinstance(exc, Exception):
+                raise _timed_out(kept.deadline) from exc
+        elif not kept._keep(self.conn, self.since, ok=exc_type is None):
+            await kept._hand_back(self.conn)

@@ -41,6 +41,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.errors import AppNotOpen, JobCancelled, JobFailed, JobNotFound
 from asyncq.store import JobEnding, Store
 from asyncq.transient import TRANSIENT_ERRORS, backoff_delay
@@ -191,7 +192,7 @@ class Results:
                 continue
             self._looking = True
             try:
-                async with self.pool().connection() as conn:
+                async with pools.connection(self.pool()) as conn:
                     endings = await self.store.job_endings(conn, ids=list(due))
             except TRANSIENT_ERRORS as exc:
                 failures += 1

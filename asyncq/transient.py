@@ -29,6 +29,8 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_ERRORS)
 
 
-def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 15.0) -> float:
-    """Seconds before the next try after ``failures`` in a row, with full jitter."""
+def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 5.0) -> float:
+    """Seconds before the next try after ``failures`` in a row, with full jitter: at most
+    ``cap``, so that a service is back within seconds of the database (the pools, not the
+    services, keep the database from a storm of new connections)."""
     return random.uniform(base / 2, min(cap, base * math.pow(2, min(failures, 16))))

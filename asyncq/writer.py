@@ -3,7 +3,8 @@
 A plain defer goes to the `Inserter` (gathered with concurrent ones, on the App's
 pool); a defer with ``conn=`` writes on the caller's connection, in its transaction; a
 defer with a unique key writes its own row; ``defer_many`` writes its jobs in one
-statement.
+statement. On the App's pool, each write is a call with a deadline (`asyncq.pools`);
+on the caller's connection, the caller's own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.errors import AppNotOpen
 from asyncq.inserter import Inserter
 from asyncq.store import NewJob, Store
@@ -55,13 +57,15 @@ class Writer:
     ) -> int:
         if conn is not None:
             return await self.store.insert_job(conn, job, unique_key=unique_key)
-        async with self._opened().connection() as pooled:
+        async with pools.connection(self._opened()) as pooled:
             return await self.store.insert_job(pooled, job, unique_key=unique_key)
 
     async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
         if conn is not None:
             return await self.store.insert_jobs(conn, jobs)
-        async with self._opened().connection() as pooled:
+        # One statement for every job, however many: a second more for each MB of them.
+        deadline = pools.DEADLINE + len(jobs.args) / 1_000_000
+        async with pools.connection(self._opened(), deadline) as pooled:
             return await self.store.insert_jobs(pooled, jobs)
 
     def _opened(self) -> AsyncConnectionPool:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from asyncq import admin
+from asyncq import admin, pools
 from asyncq.app import App
 from asyncq.dashboard import chart, metrics
 from asyncq.dashboard.csrf import FIELD, Csrf
@@ -100,7 +100,7 @@ class Dashboard:
         return response
 
     async def queues_page(self, request: Request) -> Response:
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             queues = await admin.queues(conn, self.app.store)
             stats = await admin.stats(conn, self.app.store, minutes=CHART_MINUTES)
             schedules = await admin.schedules(conn, self.app.store, self.app.schedules.values())
@@ -119,7 +119,7 @@ class Dashboard:
         before = _whole(query.get("before"), "before")
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequest(f"the limit is from 1 to {MAX_PAGE}")
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             found = await admin.jobs(
                 conn,
                 self.app.store,
@@ -157,14 +157,14 @@ class Dashboard:
 
     async def job_page(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             found = await admin.job(conn, self.app.store, job_id)
         if found is None:
             return self.render(request, "missing.html", status=404, job_id=job_id)
         return self.render(request, "job.html", job=found, timeline=_timeline(found))
 
     async def metrics(self, request: Request) -> Response:
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             queues = await admin.queues(conn, self.app.store)
         return PlainTextResponse(metrics.exposition(queues), media_type=metrics.CONTENT_TYPE)
 
@@ -192,24 +192,24 @@ class Dashboard:
 
     async def requeue(self, request: Request, form: dict[str, str]) -> str:
         job_id = request.path_params["job_id"]
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             result = await admin.requeue(conn, self.app.store, [job_id])
         return f"/jobs/{job_id}?notice={'requeued' if result.requeued else 'not-requeued'}"
 
     async def cancel(self, request: Request, form: dict[str, str]) -> str:
         job_id = request.path_params["job_id"]
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             outcome = (await admin.cancel(conn, self.app.store, [job_id]))[job_id]
         notice = outcome if outcome in ("cancelled", "aborting") else "not-cancelled"
         return f"/jobs/{job_id}?notice={notice}"
 
     async def pause(self, request: Request, form: dict[str, str]) -> str:
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             changed = await admin.pause(conn, self.app.store, form.get("queue", ""))
         return f"/?notice={'paused' if changed else 'already-paused'}"
 
     async def resume(self, request: Request, form: dict[str, str]) -> str:
-        async with self.app.pool.connection() as conn:
+        async with pools.connection(self.app.pool) as conn:
             changed = await admin.resume(conn, self.app.store, form.get("queue", ""))
         return f"/?notice={'resumed' if changed else 'not-paused'}"
 

@@ -10,12 +10,14 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.store import Store
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
-# A look slower than this is reported and tried again at the next turn.
+# A look slower than this loses its connection, is reported, and is tried again at the
+# next turn.
 LOOK_DEADLINE = 5.0
 
 
@@ -42,13 +44,13 @@ class AbortPoll:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         interval = self.interval
-        await every(self.name, lambda: interval, self.look, self.observer, deadline=LOOK_DEADLINE)
+        await every(self.name, lambda: interval, self.look, self.observer)
 
     async def look(self) -> None:
         attempts = [a for a in self.dispatcher.attempts() if a.stop is None]
         if not attempts:
             return
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool, LOOK_DEADLINE) as conn:
             asked = await self.store.aborts_requested(
                 conn, worker=self.worker, jobs=[a.job for a in attempts]
             )

@@ -10,6 +10,7 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.store import Store
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.observer import Observer
@@ -40,13 +41,14 @@ class Heartbeat:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         interval = self.interval
-        await every(self.name, lambda: interval, self.beat, self.observer, deadline=interval)
+        await every(self.name, lambda: interval, self.beat, self.observer)
 
     async def beat(self) -> None:
         attempts = self.dispatcher.attempts()
         if not attempts:
             return
-        async with self.pool.connection() as conn:
+        # Within its interval: a renewal never overlaps the next one.
+        async with pools.connection(self.pool, self.interval) as conn:
             kept = await self.store.heartbeat(
                 conn, worker=self.worker, jobs=[a.job for a in attempts]
             )

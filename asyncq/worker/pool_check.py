@@ -11,6 +11,7 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
@@ -26,10 +27,10 @@ class PoolCheck:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        await every(self.name, lambda: INTERVAL, self.check_one, self.observer, deadline=INTERVAL)
+        await every(self.name, lambda: INTERVAL, self.check_one, self.observer)
 
     async def check_one(self) -> None:
         if not self.pool.get_stats().get("pool_available"):
             return  # every connection is in use, and so known to work, or soon not to
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool, INTERVAL) as conn:
             await conn.execute("")

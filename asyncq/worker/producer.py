@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
-from asyncq.pools import KeptConnection
+from asyncq.pools import DEADLINE, KeptConnection
 from asyncq.store import Store
 from asyncq.transient import TRANSIENT_ERRORS
 from asyncq.worker.observer import Observer
@@ -29,7 +29,7 @@ from asyncq.worker.services import Tries
 from asyncq.worker.slots import Slots
 from asyncq.worker.wakeup import Wakeup
 
-CLAIM_DEADLINE = 30.0
+CLAIM_DEADLINE = DEADLINE
 
 
 class Producer:
@@ -81,7 +81,7 @@ class Producer:
                 loops.start_soon(self._claim_loop, number)
 
     async def _claim_loop(self, number: int) -> None:
-        kept = KeptConnection(self.pool)
+        kept = KeptConnection(self.pool, deadline=CLAIM_DEADLINE)
         try:
             await self._claim_until_done(kept, polls=number == 0)
         finally:
@@ -126,12 +126,13 @@ class Producer:
 
     async def _claim(self, kept: KeptConnection, limit: int) -> list[Job]:
         # Shielded: a claim cancelled after it committed would leave its jobs running with
-        # nobody to run them until their lease expired. Stopping waits for it instead.
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + CLAIM_DEADLINE
+        # nobody to run them until their lease expired. Stopping waits for it instead, up
+        # to its deadline: past that its connection is cut, and a claim that committed all
+        # the same (only its answer was lost) leaves its jobs to their lease.
+        with anyio.CancelScope(shield=True):
             async with kept.connection() as conn:
                 if self.limits is not None:
-                    return await self.store.claim_limited(
+                    jobs = await self.store.claim_limited(
                         conn,
                         worker=self.worker,
                         limit=limit,
@@ -139,7 +140,8 @@ class Producer:
                         lease=self.lease,
                         limits=self.limits,
                     )
-                return await self.store.claim(
-                    conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
-                )
-        raise TimeoutError(f"claim took longer than {CLAIM_DEADLINE:.0f}s")
+                else:
+                    jobs = await self.store.claim(
+                        conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
+                    )
+        return jobs

@@ -66,20 +66,14 @@ async def every(
     interval: Callable[[], float],
     call: Callable[[], Awaitable[object]],
     observer: Observer,
-    *,
-    deadline: float | None = None,
 ) -> None:
-    """``call()`` after every ``interval()`` seconds, for ever. A transient failure (or a
-    call slower than ``deadline``) is reported, and the next turn is its retry."""
+    """``call()`` after every ``interval()`` seconds, for ever. A transient failure (a call
+    past its deadline too) is reported, and the next turn is its retry."""
     tries = Tries(service, observer)
     while True:
         await anyio.sleep(interval())
         try:
-            if deadline is None:
-                await call()
-            else:
-                with anyio.fail_after(deadline):
-                    await call()
+            await call()
         except TRANSIENT_ERRORS as exc:
             tries.wait_after(exc, interval())
         else:

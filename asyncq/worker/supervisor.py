@@ -24,7 +24,7 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from asyncq import migrate
+from asyncq import migrate, pools
 from asyncq.errors import ConfigurationError, SchemaNotMigrated
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
@@ -171,7 +171,7 @@ class Worker:
         if listen_conninfo is not None:
             told = Listener(
                 connect=lambda: psycopg.AsyncConnection.connect(
-                    listen_conninfo, **self._kwargs_for("listener")
+                    listen_conninfo, **pools.for_dsn(self._kwargs_for("listener"), listen_conninfo)
                 ),
                 store=self.store,
                 channel=channel,
@@ -293,7 +293,7 @@ class Worker:
         """Where the jobs table is, at this asyncq's version, with the grants a worker
         needs; and its wake-up channel."""
         try:
-            async with self.app_pool.connection() as conn:
+            async with pools.connection(self.app_pool) as conn:
                 facts = await self.store.worker_facts(conn)
                 if facts is None:
                     where = f"schema {self.store.schema!r}" if self.store.schema else "schema"

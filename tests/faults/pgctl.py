@@ -60,18 +60,24 @@ class ControlledPostgres:
             cwd=self.root,
         )
 
-    def dsn(self, dbname: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+    def dsn(self, dbname: str = "postgres", host: str = "127.0.0.1") -> str:
+        return f"postgresql://postgres@{host}:{self.port}/{dbname}"
 
-    def init(self) -> None:
+    def init(self, *, also_on: str | None = None, trusting: str | None = None) -> None:
+        """``also_on``: an address to listen on besides 127.0.0.1; ``trusting``: a network
+        (``10.251.7.0/30``) whose clients may connect too, as on 127.0.0.1."""
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        addresses = ",".join(["127.0.0.1", *([also_on] if also_on else [])])
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(
-                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"\nport = {self.port}\nlisten_addresses = '{addresses}'\n"
                 f"unix_socket_directories = '{self.root}'\n"
                 "max_connections = 200\nfsync = on\n"
                 "log_min_messages = warning\n"
             )
+        if trusting:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"\nhost all all {trusting} trust\n")
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")

@@ -128,8 +128,13 @@ class Workers:
         ready: bool = True,
         env: dict[str, str] | None = None,
         app: str = APP,
+        prefix: Sequence[str] = (),
     ) -> WorkerProcess:
-        args = [sys.executable, "-m", "asyncq", "worker", app, "--lease", str(lease), *options]
+        """``prefix``: what runs the worker's command, ``ip netns exec NS`` say."""
+        args = [
+            *prefix,
+            *(sys.executable, "-m", "asyncq", "worker", app, "--lease", str(lease), *options),
+        ]
         worker = WorkerProcess(
             args, env or self.env(), self.logs / f"worker-{len(self.started)}.log"
         )

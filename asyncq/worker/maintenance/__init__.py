@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.store import Conn, Store
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
@@ -38,17 +39,14 @@ async def gated(
 ) -> tuple[bool, T | None]:
     """``work(conn)`` in a transaction that holds the gate ``name`` of ``schema``:
     (True, its result); (False, None) without running it when another session holds it."""
-    with anyio.fail_after(PASS_DEADLINE):
-        async with pool.connection() as conn:
-            # Once begun, a pass ends before a shutdown's cancellation reaches it (a
-            # transaction cut short would cost the connection), within its own deadline.
-            with anyio.CancelScope(shield=True) as scope:
-                scope.deadline = anyio.current_time() + PASS_DEADLINE
-                async with conn.transaction():
-                    if not await store.try_lock(conn, name=name, schema=schema):
-                        return False, None
-                    return True, await work(conn)
-    raise TimeoutError(f"a maintenance pass ({name}) took longer than {PASS_DEADLINE:.0f}s")
+    async with pools.connection(pool, PASS_DEADLINE) as conn:
+        # Once begun, a pass ends before a shutdown's cancellation reaches it (a
+        # transaction cut short would cost the connection), within its deadline.
+        with anyio.CancelScope(shield=True):
+            async with conn.transaction():
+                locked = await store.try_lock(conn, name=name, schema=schema)
+                done = await work(conn) if locked else None
+    return locked, done
 
 
 class Maintenance(Protocol):

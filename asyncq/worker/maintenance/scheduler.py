@@ -20,6 +20,7 @@ import anyio
 from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
+from asyncq import pools
 from asyncq.schedule import Schedule
 from asyncq.store import Conn, FireResult, Store
 from asyncq.transient import TRANSIENT_ERRORS
@@ -98,7 +99,7 @@ class Scheduler:
 
     async def declare(self) -> None:
         """Write the App's schedules to the table and learn their last slots."""
-        async with self.pool.connection() as conn:
+        async with pools.connection(self.pool) as conn:
             await self.clock.measure(conn, self.store)
             async with conn.transaction():
                 await self.store.limit_idle(conn)
@@ -129,7 +130,7 @@ class Scheduler:
         """Fire what is due now; the results of the fire (none when nothing was due or
         another worker held the gate)."""
         if self.clock.stale:
-            async with self.pool.connection() as conn:
+            async with pools.connection(self.pool) as conn:
                 await self.clock.measure(conn, self.store)
         due = self.due(self.clock.now())
         self._unsettled = False

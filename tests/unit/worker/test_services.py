@@ -64,3 +64,13 @@ def test_every_reports_a_failure_and_tries_again_at_the_next_turn() -> None:
         asyncio.run(services.every("heartbeat", lambda: 0.001, beat, observer))
     assert turns == [0, 1, 2, 3]
     assert observer.failures == [("heartbeat", "TimeoutError", 0.001)]
+
+
+def test_the_backoff_between_tries_stays_within_five_seconds() -> None:
+    """However long the database was away, a service tries again within 5 s of its last
+    failure: it is back within seconds of the database."""
+    from asyncq.transient import backoff_delay
+
+    delays = [backoff_delay(failures) for failures in range(1, 40) for _ in range(50)]
+    assert min(delays) >= 0.25 and max(delays) <= 5.0
+    assert max(backoff_delay(1) for _ in range(200)) <= 1.0  # the first tries come soon
