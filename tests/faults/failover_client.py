@@ -1,12 +1,13 @@
 """An App that defers and waits for results through a failover (``test_failover.py``):
-``python -m tests.faults.failover_client WAIT_MS``, with ``$ASYNCQ_DSN`` set, until
-SIGTERM.
+``python -m tests.faults.failover_client WAIT_MS [--wait-only]``, with ``$ASYNCQ_DSN``
+set, until SIGTERM.
 
 Two loops share the App. One defers ``BATCH`` no-op jobs of the harness app at once
 every ``TICK`` seconds: the first of them is written alone, the others gathered into
 one INSERT by the defer batcher, both over its kept connection. The other defers a job
 that sleeps ``WAIT_MS`` milliseconds and waits for it with ``app.result``, over and
-over, so that a result is being waited for when the primary goes away. Each event is one
+over, so that a result is being waited for when the primary goes away (with
+``--wait-only``, this loop alone: the App then reads far more than it writes). Each event is one
 JSON line on stdout: ``{"event": "defer" | "result", "began": ..., "ended": ..., "ok":
 ..., "job": ..., "error": ...}``, times from ``time.time()``.
 """
@@ -68,14 +69,13 @@ async def wait_for_results(wait_ms: int) -> None:
             say("result", began, ok=True, job=job_id)
 
 
-async def main(wait_ms: int) -> None:
+async def main(wait_ms: int, *, steady: bool) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with app:
-        tasks = [
-            asyncio.create_task(defer_steadily()),
-            asyncio.create_task(wait_for_results(wait_ms)),
-        ]
+        tasks = [asyncio.create_task(wait_for_results(wait_ms))]
+        if steady:
+            tasks.append(asyncio.create_task(defer_steadily()))
         await stop.wait()
         for task in tasks:
             task.cancel()
@@ -83,4 +83,4 @@ async def main(wait_ms: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(main(int(sys.argv[1]), steady="--wait-only" not in sys.argv[2:]))

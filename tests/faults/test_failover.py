@@ -121,12 +121,12 @@ def connected(server: ControlledPostgres, dbname: str, pid: int, role: str) -> b
 class Client:
     """``failover_client.py`` in a process of its own; its events from its stdout."""
 
-    def __init__(self, env: dict[str, str], folder: Path) -> None:
+    def __init__(self, env: dict[str, str], folder: Path, *options: str) -> None:
         self.out = folder / "client.jsonl"
         self.err = folder / "client.log"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "tests.faults.failover_client", str(RESULT_MS)],
+                [sys.executable, "-m", "tests.faults.failover_client", str(RESULT_MS), *options],
                 env=env,
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
@@ -319,6 +319,105 @@ def test_workers_and_an_app_follow_a_promoted_standby(
         + "\n"
         + explain(workers, troubled[:5], changes, ledger)
     )
+
+
+def fence(server: ControlledPostgres) -> None:
+    """Make ``server`` refuse writes, its open sessions' too, as failover tools fence an
+    old primary; libpq's ``target_session_attrs=read-write`` passes it over from then on."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+HEALTH_INTERVAL = 2.0  # the worker's --listener-health-interval
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
+    pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The old primary is fenced read-only and the standby promoted: the connections
+    open to the old one stay up, and take no writes. The worker's claims, heartbeats and
+    outcomes and its LISTEN connection, and an App that waits for results, must move to
+    the new primary, within a bound, not retry on the read-only server forever."""
+    name = "read_only"
+    dsn = pair.start(name)
+    standby = pair.standby
+    assert standby is not None
+    workers = fault_workers(dsn, tmp_path)
+    client: Client | None = None
+    try:
+        with Db(dsn) as db:
+            worker = workers.start(
+                *("--concurrency", "4", "--listener-health-interval", str(HEALTH_INTERVAL)),
+                lease=LEASE,
+            )
+            client = Client(workers.env(), tmp_path, "--wait-only")
+            warm = insert_jobs(db.conn, WORK, [{"ms": 0} for _ in range(20)])
+            wait_until(lambda: not_done(db, warm) == 0, 20, "the first jobs to be done")
+            wait_until(lambda: client.events("result"), 30, "the App to get a result")
+            [long_id] = insert_jobs(db.conn, WORK, [{"ms": 2 * LEASE * 1000}])
+            wait_until(lambda: started(workers, [long_id]), 10, "the long job to start")
+            fenced_at = time.time()
+            fence(pair.primary)
+            standby.promote()
+            promoted_at = time.time()
+            db.close()  # on the old primary: the next statement goes to the new one
+            [new_id] = insert_jobs(db.conn, WORK, [{"ms": 0}])
+            wait_until(
+                lambda: not_done(db, [new_id]) == 0,
+                RECONNECT_WITHIN,
+                "a job deferred on the new primary to be done",
+            )
+            new_done_at = time.time()
+            wait_until(
+                lambda: connected(standby, name, worker.pid, "listener"),
+                RECONNECT_WITHIN,
+                "the worker's LISTEN connection on the new primary",
+            )
+            listener_at = time.time()
+            wait_until(
+                lambda: [e for e in client.events("result") if e["began"] < fenced_at < e["ended"]],
+                RECONNECT_WITHIN + RESULT_MS / 1000,
+                "the result waited for at the switchover",
+            )
+            wait_until(lambda: not_done(db, [long_id]) == 0, 30, "the long job to be done")
+            left_on_old = activity(pair.primary, name)
+            client_exit = client.stop()
+            exits = workers.stop_all()
+            rows = jobs(db)
+            history = claims(db)
+            touched = done_touched(db)
+        ledger = workers.ledger.by_job()
+    finally:
+        workers.kill_all()
+        if client is not None:
+            client.kill()
+
+    waited = [e for e in client.events("result") if e["began"] < fenced_at < e["ended"]]
+    figures = {
+        "lease_s": LEASE,
+        "listener_health_interval_s": HEALTH_INTERVAL,
+        "fence_to_promoted_s": round(promoted_at - fenced_at, 3),
+        "promotion_to_new_job_done_s": round(new_done_at - promoted_at, 3),
+        "promotion_to_listener_on_new_primary_s": round(listener_at - promoted_at, 3),
+        "result_waited_through_switchover_s": [round(e["ended"] - e["began"], 3) for e in waited],
+        "asyncq_connections_left_on_old_primary": len(left_on_old),
+        "long_job_attempts": rows[long_id]["attempts"],
+    }
+    with capsys.disabled():
+        print(record_figures("failover_read_only_server", figures))
+    assert client_exit == 0, client.err.read_text()
+    assert exits == {worker.pid: 0}, exits
+    assert waited and all(e["ok"] for e in waited), waited
+    assert not touched, touched
+    assert not workers.tracebacks(), "\n".join(workers.tracebacks())
+    assert "Traceback" not in client.err.read_text(), client.err.read_text()
+    for job_id, row in rows.items():
+        assert row["status"] == "done", (job_id, row)
+        assert not check_job(job_id, row, history[job_id], ledger.get(job_id, []), promoted_at)
+    # Its heartbeats renewed the long job's lease on the new primary: it ran once.
+    assert [e.event for e in ledger[long_id]] == ["start", "end"], ledger[long_id]
 
 
 def count_done(db: Db) -> int:
