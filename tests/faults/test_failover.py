@@ -17,7 +17,11 @@ standby before the primary answers, so a failover loses none of them.
   before promoting another server) and the standby promoted: the worker's connections
   to the old primary stay open, and every write on them fails with
   ``ReadOnlySqlTransaction``. The worker must drop them and reconnect (libpq then skips
-  the read-only server), not retry its writes on them forever.
+  the read-only server, or the address leads elsewhere), not retry its writes on them
+  forever. (With ``target_session_attrs=read-write`` libpq never opens a connection to
+  a standby, and a server becomes a standby only through a restart, which breaks every
+  connection: a fenced primary, or an address that moved, is how a live connection ends
+  up on a read-only server.)
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
     Db,
     Deferrer,
+    Proxy,
     Sampler,
     claims,
     create_database,
@@ -333,18 +338,26 @@ HEALTH_INTERVAL = 2.0  # the worker's --listener-health-interval
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("reached_by", ["two_hosts", "moved_address"])
 def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
-    pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    reached_by: str, pair: Pair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The old primary is fenced read-only and the standby promoted: the connections
     open to the old one stay up, and take no writes. The worker's claims, heartbeats and
     outcomes and its LISTEN connection, and an App that waits for results, must move to
-    the new primary, within a bound, not retry on the read-only server forever."""
+    the new primary, within a bound, not retry on the read-only server forever.
+
+    ``two_hosts``: their DSN lists both servers, ``target_session_attrs=read-write``.
+    ``moved_address``: their DSN names one address (a TCP proxy, as a virtual IP or a
+    load balancer would be), without ``target_session_attrs``, and the address moves to
+    the new primary at the promotion: connections made through it before stay on the
+    old one."""
     name = "read_only"
     dsn = pair.start(name)
     standby = pair.standby
     assert standby is not None
-    workers = fault_workers(dsn, tmp_path)
+    proxy = Proxy("127.0.0.1", pair.primary.port)
+    workers = fault_workers(proxy.dsn(name) if reached_by == "moved_address" else dsn, tmp_path)
     client: Client | None = None
     try:
         with Db(dsn) as db:
@@ -361,6 +374,7 @@ def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
             fenced_at = time.time()
             fence(pair.primary)
             standby.promote()
+            proxy.upstream = ("127.0.0.1", standby.port)  # new connections: the new primary
             promoted_at = time.time()
             db.close()  # on the old primary: the next statement goes to the new one
             [new_id] = insert_jobs(db.conn, WORK, [{"ms": 0}])
@@ -393,6 +407,7 @@ def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
         workers.kill_all()
         if client is not None:
             client.kill()
+        proxy.close()
 
     waited = [e for e in client.events("result") if e["began"] < fenced_at < e["ended"]]
     figures = {
@@ -406,7 +421,7 @@ def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
         "long_job_attempts": rows[long_id]["attempts"],
     }
     with capsys.disabled():
-        print(record_figures("failover_read_only_server", figures))
+        print(record_figures(f"failover_read_only_server_{reached_by}", figures))
     assert client_exit == 0, client.err.read_text()
     assert exits == {worker.pid: 0}, exits
     assert waited and all(e["ok"] for e in waited), waited
