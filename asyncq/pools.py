@@ -137,13 +137,16 @@ def _wants_read_only(conninfo: str) -> bool:
     return attrs in _READ_ONLY_WANTED
 
 
-async def _close_if_read_only(
+def _to_close(
     pool: AsyncConnectionPool, conn: AsyncConnection[Any], exc: BaseException | None
 ) -> bool:
-    """Close ``conn`` if its server takes no writes (see the module's docstring), for the
-    pool to replace it; True if it did."""
-    if not on_read_only_server(conn, exc) or _wants_read_only(pool.conninfo):
-        return False
+    """``conn``'s server takes no writes (see the module's docstring) and the pool's DSN
+    does not ask for such a server: close it, for the pool to replace it. Checked after
+    every call, so no coroutine unless it must close."""
+    return on_read_only_server(conn, exc) and not _wants_read_only(pool.conninfo)
+
+
+async def _close_read_only(conn: AsyncConnection[Any]) -> None:
     info = conn.info
     logger.info(
         "closing a connection to a read-only server (%s:%s): the next one goes where the DSN leads",
@@ -152,7 +155,6 @@ async def _close_if_read_only(
         extra={"action": "read_only_server"},
     )
     await conn.close()
-    return True
 
 
 # -- deadlines ------------------------------------------------------------------------------
@@ -274,8 +276,8 @@ class _Call(_Watched):
         deadlines().done(self)
         if self.cut:
             await self.conn.close()
-        else:
-            await _close_if_read_only(self.pool, self.conn, exc)
+        elif _to_close(self.pool, self.conn, exc):
+            await _close_read_only(self.conn)
         await _give_back(self.pool, self.conn)
         if self.cut and isinstance(exc, Exception):
             raise _timed_out(self.deadline) from exc
@@ -388,7 +390,8 @@ class _Use(_Watched):
             await kept._hand_back(self.conn)
             if isinstance(exc, Exception):
                 raise _timed_out(kept.deadline) from exc
-        elif await _close_if_read_only(kept.pool, self.conn, exc) or not kept._keep(
-            self.conn, self.since, ok=exc_type is None
-        ):
+        elif _to_close(kept.pool, self.conn, exc):
+            await _close_read_only(self.conn)
+            await kept._hand_back(self.conn)
+        elif not kept._keep(self.conn, self.since, ok=exc_type is None):
             await kept._hand_back(self.conn)
