@@ -346,6 +346,8 @@ class App:
 
     @property
     def pool(self) -> AsyncConnectionPool:
+        """The App's psycopg connection pool (after `open`; `AppNotOpen` before). Its
+        connections are in autocommit mode: open a transaction with ``conn.transaction()``."""
         if self._pool is None:
             raise AppNotOpen()
         return self._pool
@@ -412,6 +414,7 @@ class App:
         self.writer.open(pool)
 
     async def close(self) -> None:
+        """Close the pool and the LISTEN connection of `result`; waiters then raise `AppNotOpen`."""
         await self.results.close()
         pool, self._pool = self._pool, None
         await self.writer.close()

@@ -35,6 +35,8 @@ from asyncq.errors import NotInJob
 
 
 class Status(enum.StrEnum):
+    """A job's state: the ``status`` column of ``asyncq_jobs``."""
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"

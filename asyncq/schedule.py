@@ -93,4 +93,5 @@ class Schedule:
 
     @property
     def tz(self) -> str:
+        """The IANA time zone name the cron expression is read in."""
         return self.cron.tz_name

@@ -131,10 +131,12 @@ class Task(Generic[P, R]):
 
     @property
     def queue(self) -> str:
+        """The queue its jobs go to unless `options` says otherwise."""
         return self.defaults.queue
 
     @property
     def max_attempts(self) -> int:
+        """Attempts before a job of this task is ``failed``, unless `options` says otherwise."""
         return self.defaults.max_attempts
 
     def __repr__(self) -> str:
@@ -226,6 +228,7 @@ class Deferrer(Generic[P]):
         return await self.task.writer.write_many(jobs, conn=self.opts.conn)
 
     def new_job(self, args: str) -> NewJob:
+        """The row to write for encoded ``args``, with these options."""
         o = self.opts
         return NewJob(
             self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts, o.group

@@ -1,0 +1,49 @@
+"""A build hook: every public object of asyncq has a docstring.
+
+``mkdocs build --strict`` turns the warnings logged here into a failed build, so a
+public class, function, method or property without a docstring fails CI. "Public" is
+what ``asyncq.__all__`` exports (and ``asyncq.dashboard.create_app``), and the public
+methods and properties of the classes among them. Read with griffe, as mkdocstrings
+reads it, so a dataclass's generated ``__doc__`` does not count as a docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import griffe
+
+log = logging.getLogger("mkdocs.hooks.docstrings")
+
+EXTRA = ["asyncq.dashboard.create_app"]
+
+
+def _missing(obj: Any, path: str) -> list[str]:
+    target = obj.final_target if obj.is_alias else obj
+    missing = [] if target.docstring else [path]
+    if target.is_class:
+        for name, member in target.members.items():
+            if name.startswith("_") or member.is_alias:
+                continue
+            if (member.is_function or member.is_attribute and "property" in member.labels) and (
+                not member.docstring
+            ):
+                missing.append(f"{path}.{name}")
+    return missing
+
+
+def on_config(config: Any) -> Any:
+    package = griffe.load("asyncq", search_paths=["."], resolve_aliases=True)
+    exported = package.members["__all__"].value
+    names = [str(n).strip("'\"") for n in getattr(exported, "elements", [])]
+    missing: list[str] = []
+    for name in names:
+        if name.startswith("__"):
+            continue
+        missing += _missing(package.members[name], f"asyncq.{name}")
+    for path in EXTRA:
+        missing += _missing(package[path.removeprefix("asyncq.")], path)
+    for path in missing:
+        log.warning("public object without a docstring: %s", path)
+    return config
