@@ -35,7 +35,8 @@ from asyncq.errors import NotInJob
 
 
 class Status(enum.StrEnum):
-    """A job's state: the ``status`` column of ``asyncq_jobs``."""
+    """A job's state, the ``status`` column of ``asyncq_jobs``: ``queued``, ``running``,
+    ``done``, ``failed`` or ``cancelled``."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -66,11 +67,17 @@ class JobContext:
     """What a running task can know about its own job (see `current_job`)."""
 
     id: int
+    """The job's id (``asyncq_jobs.id``, as ``defer`` returned it)."""
     task_name: str
+    """The task's name, as stored in the row."""
     queue: str
+    """The queue the job was claimed from."""
     attempt: int
+    """This attempt's number, from 1."""
     max_attempts: int
+    """How many attempts the job may use before it is ``failed``."""
     worker: str
+    """The id of the worker running it (the row's ``locked_by``)."""
     scheduled_at: datetime | None = None
     """The slot of the schedule that made this job (None for a job deferred otherwise)."""
 
