@@ -10,6 +10,7 @@ reads it, so a dataclass's generated ``__doc__`` does not count as a docstring.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -26,15 +27,17 @@ def _missing(obj: Any, path: str) -> list[str]:
         for name, member in target.members.items():
             if name.startswith("_") or member.is_alias:
                 continue
-            if (member.is_function or member.is_attribute and "property" in member.labels) and (
-                not member.docstring
-            ):
+            documentable = member.is_function or (
+                member.is_attribute and "property" in member.labels
+            )
+            if documentable and not member.docstring:
                 missing.append(f"{path}.{name}")
     return missing
 
 
 def on_config(config: Any) -> Any:
-    package = griffe.load("asyncq", search_paths=["."], resolve_aliases=True)
+    root = Path(config["config_file_path"]).parent  # asyncq/ sits beside mkdocs.yml
+    package = griffe.load("asyncq", search_paths=[str(root)], resolve_aliases=True)
     exported = package.members["__all__"].value
     names = [str(n).strip("'\"") for n in getattr(exported, "elements", [])]
     missing: list[str] = []
