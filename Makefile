@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PATHS := asyncq tests examples
 
-.PHONY: help install test lint fmt typecheck check example ci clean
+.PHONY: help install test lint fmt typecheck check example docs ci clean
 
 help:
 	@echo "make install    virtualenv in $(VENV) with asyncq[embedded,test], editable"
@@ -15,6 +15,7 @@ help:
 	@echo "make typecheck  mypy --strict"
 	@echo "make check      lint, typecheck and test"
 	@echo "make example    run examples/quickstart.py"
+	@echo "make docs       the documentation site: mkdocs build --strict (site/)"
 	@echo "make ci         what CI runs, in a fresh .ci-venv"
 
 install:
@@ -40,8 +41,12 @@ check: lint typecheck test
 example:
 	$(BIN)/python examples/quickstart.py
 
+docs:
+	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/mkdocs build --strict
+
 ci:
 	bash .ci/run
 
 clean:
-	rm -rf .ci-venv .mypy_cache .ruff_cache .pytest_cache build dist
+	rm -rf .ci-venv .mypy_cache .ruff_cache .pytest_cache build dist site
