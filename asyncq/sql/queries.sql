@@ -117,6 +117,12 @@ RETURNING id
 -- The lease runs from when the rows are written (clock_timestamp(), read once), not from
 -- when the statement began (now()): a claim that waited behind a table lock (a CREATE
 -- INDEX, say) still gets a whole lease.
+-- The rows are updated by "id = ANY(ARRAY(...))" of the chosen ids, not by a join to
+-- them: a join's plan follows the planner's guess of how many rows the LIMIT lets
+-- through, and for a prepared statement (LIMIT unknown: a tenth of the ready rows) it
+-- was a hash join over every row of the table; = ANY is a look-up in the primary key
+-- whatever the guess (the server's instructions per claimed job: 266.9k -> 253.2k in
+-- batches of 10).
 WITH next AS MATERIALIZED (
     SELECT id FROM asyncq_jobs
      WHERE status = 'queued' AND run_at <= now()
@@ -130,8 +136,8 @@ UPDATE asyncq_jobs AS j
    SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
        locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
        expires_at = clock.now + %(lease)s
-  FROM next, clock
- WHERE j.id = next.id
+  FROM clock
+ WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
           j.scheduled_at, j.trace_context::text
 
@@ -149,8 +155,8 @@ UPDATE asyncq_jobs AS j
    SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
        locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
        expires_at = clock.now + %(lease)s
-  FROM next, clock
- WHERE j.id = next.id
+  FROM clock
+ WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
           j.scheduled_at, j.trace_context::text
 
