@@ -266,7 +266,13 @@ def server_counters(db: Db, dbname: str) -> dict[str, float]:
     lsn = db.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
     fsyncs = db.value("SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'")
     commits = db.value("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", dbname)
-    return {"wal_bytes": float(lsn), "wal_fsyncs": float(fsyncs), "commits": float(commits)}
+    fpi = db.value("SELECT wal_fpi FROM pg_stat_wal")
+    return {
+        "wal_bytes": float(lsn),
+        "wal_fsyncs": float(fsyncs),
+        "commits": float(commits),
+        "wal_fpi": float(fpi),
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -329,6 +335,9 @@ class Meter:
         wal = now["wal_bytes"] - self.start["wal_bytes"]
         return {
             "wal_bytes_per_job": round(wal / jobs_done),
+            "wal_full_page_images_per_job": round(
+                (now["wal_fpi"] - self.start["wal_fpi"]) / jobs_done, 3
+            ),
             "commits_per_job": round(commits / jobs_done, 3),
             "wal_fsyncs": int(fsyncs),
             "commits_per_wal_fsync": round(commits / fsyncs, 2) if fsyncs else None,
@@ -401,6 +410,7 @@ def test_a_fleet_of_eight_hosts_does_every_job_once(
             history = claims(db)
             touched = done_touched(db)
             drained = drain_figures(db, ids)
+            table = db.value("SELECT pg_total_relation_size('asyncq_jobs')")
         ledger = workers.ledger.by_job()
     finally:
         workers.kill_all()
@@ -416,6 +426,8 @@ def test_a_fleet_of_eight_hosts_does_every_job_once(
         "jobs_per_host": sorted(by_pid.values()),
         "insert_wal_bytes_per_job": round(insert_wal / len(ids)),
         **measured,
+        # heap, indexes and TOAST, dead row versions included (no vacuum yet)
+        "table_bytes_per_done_job": round(table / len(ids)),
         "wal_note": "drain WAL includes the test's history trigger (two rows per job)",
         "activity": activity.figures(),
         "sampler": sampler.figures(),
@@ -604,8 +616,8 @@ def check_job(
     seen: Counter[tuple[str, int]] = Counter()
     for event in events:
         seen[event.event, event.attempt] += 1
-        claim = claimed.get(event.attempt)
-        if claim is None or claim.pid != event.pid:
+        claimer = claimed.get(event.attempt)
+        if claimer is None or claimer.pid != event.pid:
             problems.append(f"job {job_id}: {event} is no claimed attempt's")
         if event.pid in killed and event.at > killed[event.pid]:
             problems.append(f"job {job_id}: {event} after its process was killed")
