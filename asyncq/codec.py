@@ -136,10 +136,21 @@ def is_text(text: str) -> bool:
     return True
 
 
+_DECODER = json.JSONDecoder()
+
+
 def decode(text: str) -> Any:
     """The arguments stored as ``text``; `UndecodableArguments` says why they cannot be read."""
     try:
-        return json.loads(text)
+        # PostgreSQL writes jsonb as text without surrounding white space: the decoder's
+        # own scan for it (two regular expressions a call) is skipped when there is none.
+        try:
+            value, end = _DECODER.raw_decode(text)
+            if end == len(text):
+                return value
+        except ValueError:
+            pass
+        return json.loads(text)  # or says why not
     except RecursionError:
         raise UndecodableArguments(
             "the stored arguments cannot be decoded: they are nested too deeply for Python's json"

@@ -28,11 +28,24 @@ pool of two, could miss a whole lease and lose the job it was running to the rea
 asyncq's pools give a series of tries up after a few seconds and start a new one at
 once, so that a connection is tried at least every two seconds for as long as the
 server is away.
+
+**Read-only servers.** After a failover a connection may stay open to a server that
+takes no writes: an old primary fenced with ``default_transaction_read_only``, or a
+standby behind an address (a proxy, a virtual IP) that moved. Its writes fail with
+``ReadOnlySqlTransaction`` and its reads may be stale, but psycopg_pool keeps a connection
+that raised anything but a connection error. So a call whose server is read-only, by
+the error or as the server reports it (``in_hot_standby``, ``default_transaction_read_only``:
+PostgreSQL 14 and later report both), closes its connection, and the pool replaces it:
+a new connection goes where the DSN now leads (``target_session_attrs=read-write`` passes
+read-only servers over). Unless the DSN asks for a read-only server itself
+(``target_session_attrs`` ``read-only``, ``standby`` or ``prefer-standby``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import socket
 import time
 import weakref
@@ -41,9 +54,12 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, errors
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import ConnStatus
 from psycopg_pool import AsyncConnectionPool
+
+logger = logging.getLogger(__name__)
 
 RECONNECT_TIMEOUT = 4.0  # a series tries at about 0, 1, 3 and 4 s
 KEEP_IDLE = 0.1
@@ -92,6 +108,53 @@ async def reconnect_now(pool: AsyncConnectionPool) -> None:
 def reconnect_options() -> dict[str, Any]:
     """Keyword arguments for an `AsyncConnectionPool` that keeps trying every few seconds."""
     return {"reconnect_timeout": RECONNECT_TIMEOUT, "reconnect_failed": reconnect_now}
+
+
+# -- read-only servers -----------------------------------------------------------------------
+
+# What a server that takes no writes reports as "on" (PostgreSQL 14 and later).
+_READ_ONLY_REPORTS = (b"in_hot_standby", b"default_transaction_read_only")
+_READ_ONLY_WANTED = frozenset({"read-only", "standby", "prefer-standby"})
+
+
+def on_read_only_server(conn: AsyncConnection[Any], exc: BaseException | None = None) -> bool:
+    """``conn``'s server takes no writes: the call failed with ``ReadOnlySqlTransaction``
+    (``exc``), or the server reports itself read-only. No round trip."""
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return True
+    pgconn = conn.pgconn
+    if pgconn.status != ConnStatus.OK:
+        return False  # lost: the pool replaces it anyway
+    return any(pgconn.parameter_status(name) == b"on" for name in _READ_ONLY_REPORTS)
+
+
+@functools.lru_cache(maxsize=32)
+def _wants_read_only(conninfo: str) -> bool:
+    try:
+        attrs = conninfo_to_dict(conninfo).get("target_session_attrs")
+    except psycopg.ProgrammingError:
+        return False
+    return attrs in _READ_ONLY_WANTED
+
+
+def _to_close(
+    pool: AsyncConnectionPool, conn: AsyncConnection[Any], exc: BaseException | None
+) -> bool:
+    """``conn``'s server takes no writes (see the module's docstring) and the pool's DSN
+    does not ask for such a server: close it, for the pool to replace it. Checked after
+    every call, so no coroutine unless it must close."""
+    return on_read_only_server(conn, exc) and not _wants_read_only(pool.conninfo)
+
+
+async def _close_read_only(conn: AsyncConnection[Any]) -> None:
+    info = conn.info
+    logger.info(
+        "closing a connection to a read-only server (%s:%s): the next one goes where the DSN leads",
+        info.host,
+        info.port,
+        extra={"action": "read_only_server"},
+    )
+    await conn.close()
 
 
 # -- deadlines ------------------------------------------------------------------------------
@@ -213,6 +276,8 @@ class _Call(_Watched):
         deadlines().done(self)
         if self.cut:
             await self.conn.close()
+        elif _to_close(self.pool, self.conn, exc):
+            await _close_read_only(self.conn)
         await _give_back(self.pool, self.conn)
         if self.cut and isinstance(exc, Exception):
             raise _timed_out(self.deadline) from exc
@@ -325,5 +390,8 @@ class _Use(_Watched):
             await kept._hand_back(self.conn)
             if isinstance(exc, Exception):
                 raise _timed_out(kept.deadline) from exc
+        elif _to_close(kept.pool, self.conn, exc):
+            await _close_read_only(self.conn)
+            await kept._hand_back(self.conn)
         elif not kept._keep(self.conn, self.since, ok=exc_type is None):
             await kept._hand_back(self.conn)

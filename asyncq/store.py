@@ -248,8 +248,12 @@ class Store:
         """Mark jobs done with their results (JSON text, or None to store none; no
         ``results``: none); returns the ids this worker still owned."""
         params = _fence(worker, jobs)
-        params["results"] = [None] * len(jobs) if results is None else list(results)
-        cur = await conn.execute(self.q["mark_done"], params)
+        if results is None or all(r is None for r in results):
+            query = self.q["mark_done"]
+        else:
+            params["results"] = list(results)
+            query = self.q["mark_done_results"]
+        cur = await conn.execute(query, params)
         return {int(r[0]) for r in await cur.fetchall()}
 
     async def mark_failed(

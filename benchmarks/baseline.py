@@ -27,8 +27,9 @@ _FROM = re.compile(r"^(\s*)from asyncq(?=[.\s])", re.MULTILINE)
 # `import asyncq` and `import asyncq as name`: the name stays bound as before
 _IMPORT = re.compile(r"^(\s*)import asyncq(\s*(?:#.*)?)$", re.MULTILINE)
 _IMPORT_AS = re.compile(r"^(\s*)import asyncq(\s+as\s+\w+)", re.MULTILINE)
-# `resources.files("asyncq")`: the package's SQL files
-_FILES = re.compile(r"""\bfiles\((["'])asyncq\1\)""")
+# `resources.files("asyncq")`, `files("asyncq.dashboard")`, `PackageLoader("asyncq.x", ...)`:
+# the package's SQL files, templates and styles
+_FILES = re.compile(r"""\b(files|PackageLoader)\((["'])asyncq(\.[\w.]+)?\2""")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def rewrite(source: str) -> str:
     source = _FROM.sub(rf"\1from {PACKAGE}", source)
     source = _IMPORT.sub(rf"\1import {PACKAGE} as asyncq\2", source)
     source = _IMPORT_AS.sub(rf"\1import {PACKAGE}\2", source)
-    return _FILES.sub(rf"files(\1{PACKAGE}\1)", source)
+    return _FILES.sub(rf"\1(\2{PACKAGE}\3\2", source)
 
 
 def _is_asyncq(name: str | None) -> bool:
@@ -89,7 +90,9 @@ def leftovers(package_dir: Path) -> list[str]:
                 func = node.func
                 called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 first = node.args[0]
-                if called in ("files", "import_module") and isinstance(first, ast.Constant):
+                if called in ("files", "import_module", "PackageLoader") and isinstance(
+                    first, ast.Constant
+                ):
                     names = [first.value if isinstance(first.value, str) else None]
             if any(_is_asyncq(name) for name in names):
                 found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}")

@@ -7,6 +7,8 @@ the attempt it names, if this worker runs it. The connection checks
 its own health with a round trip on a timer (a dead socket can stay silent), reconnects
 with backoff, and after every (re)connect wakes a claim loop and asks the database when
 the next job comes due, for what it may have missed while it was not listening.
+A server that reports itself read-only (a primary fenced after a failover) hears no
+NOTIFY ever again: the health check reconnects from it too, to where the DSN now leads.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg import sql
 
+from asyncq.pools import on_read_only_server
 from asyncq.store import Store
 from asyncq.transient import TRANSIENT_ERRORS
 from asyncq.worker.observer import Observer
@@ -119,3 +122,5 @@ class Listener:
                 await self._catch_up(conn)
             with anyio.fail_after(self.health_timeout):
                 await conn.execute("SELECT 1")
+            if on_read_only_server(conn):
+                raise psycopg.errors.ReadOnlySqlTransaction("the server has become read-only")

@@ -34,6 +34,10 @@ class Kind(enum.Enum):
     RELEASE = "release"  # handed back at shutdown
     CANCEL = "cancel"  # stopped by a cancel: the row is cancelled, never retried
 
+    # Members are singletons compared by identity: hashed by it too, in C (Enum's own
+    # __hash__ is Python code, and every outcome is counted and grouped by its kind).
+    __hash__ = object.__hash__
+
 
 class Outcome(NamedTuple):
     job: Job

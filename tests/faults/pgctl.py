@@ -1,4 +1,5 @@
-"""A PostgreSQL server that a fault test owns: it can restart it, crash it, stop it.
+"""A PostgreSQL server that a fault test owns: it can restart it, crash it, stop it,
+make a streaming standby of it and promote that.
 
 It uses the server binaries of the embedded PostgreSQL (``asyncq[embedded]``), in a
 temporary data directory, on a free TCP port of 127.0.0.1.
@@ -98,6 +99,52 @@ class ControlledPostgres:
     def restart(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", mode, "-w", "restart")
         self.wait_ready()
+
+    def standby(self, name: str) -> ControlledPostgres:
+        """A streaming standby of this server (``pg_basebackup -R``: standby.signal and
+        ``primary_conninfo``), on a free port of its own, connecting as ``name`` (its
+        application_name, for ``synchronous_standby_names``). Not started."""
+        standby = ControlledPostgres()
+        standby._run(
+            "pg_basebackup",
+            *("-D", str(standby.data), "-R", "-X", "stream", "-c", "fast"),
+            *("-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"),
+        )
+        with open(standby.data / "postgresql.conf", "a") as conf:
+            conf.write(f"\nport = {standby.port}\nunix_socket_directories = '{standby.root}'\n")
+        with open(standby.data / "postgresql.auto.conf", "a") as auto:  # after -R's: it wins
+            auto.write(
+                f"primary_conninfo = 'host=127.0.0.1 port={self.port} user=postgres"
+                f" application_name={name}'\n"
+            )
+        return standby
+
+    def synchronous(self, standby: str) -> None:
+        """Make every commit wait for ``standby`` (an application_name) to flush it;
+        returns once that standby streams synchronously. Written after a standby was
+        copied from this server, so that the copy does not inherit it."""
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '\"{standby}\"'")
+            conn.execute("ALTER SYSTEM SET synchronous_commit = on")
+            conn.execute("SELECT pg_reload_conf()")
+            deadline = time.monotonic() + 60
+            while not conn.execute(
+                "SELECT 1 FROM pg_stat_replication WHERE application_name = %s"
+                " AND sync_state = 'sync' AND state = 'streaming'",
+                (standby,),
+            ).fetchone():
+                assert time.monotonic() < deadline, f"{standby} never became synchronous"
+                time.sleep(0.1)
+
+    def promote(self) -> None:
+        """``pg_ctl promote``: the standby ends recovery and takes writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def in_recovery(self) -> bool:
+        with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=2) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+            assert row is not None
+            return bool(row[0])
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
