@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -64,16 +65,24 @@ class ControlledPostgres:
     def dsn(self, dbname: str = "postgres", host: str = "127.0.0.1") -> str:
         return f"postgresql://postgres@{host}:{self.port}/{dbname}"
 
-    def init(self, *, also_on: str | None = None, trusting: str | None = None) -> None:
-        """``also_on``: an address to listen on besides 127.0.0.1; ``trusting``: a network
-        (``10.251.7.0/30``) whose clients may connect too, as on 127.0.0.1."""
+    def init(
+        self,
+        *,
+        also_on: str | Sequence[str] | None = None,
+        trusting: str | None = None,
+        max_connections: int = 200,
+    ) -> None:
+        """``also_on``: an address (or several) to listen on besides 127.0.0.1;
+        ``trusting``: a network (``10.251.7.0/30``) whose clients may connect too, as on
+        127.0.0.1."""
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        addresses = ",".join(["127.0.0.1", *([also_on] if also_on else [])])
+        more = [also_on] if isinstance(also_on, str) else list(also_on or [])
+        addresses = ",".join(["127.0.0.1", *more])
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(
                 f"\nport = {self.port}\nlisten_addresses = '{addresses}'\n"
                 f"unix_socket_directories = '{self.root}'\n"
-                "max_connections = 200\nfsync = on\n"
+                f"max_connections = {max_connections}\nfsync = on\n"
                 "log_min_messages = warning\n"
             )
         if trusting:
