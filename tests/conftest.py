@@ -18,6 +18,8 @@ import asyncq
 from asyncq import embedded
 from tests.harness.ledger import Ledger
 
+pytest_plugins = ["pytester"]  # the asyncq pytest plugin is tested in sub-pytests
+
 SESSION_DB = f"asyncq_test_{os.getpid()}"
 
 
