@@ -67,6 +67,12 @@ def session_dsn(server_dsn: str) -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{SESSION_DB}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def asyncq_dsn(session_dsn: str) -> str:
+    """The asyncq pytest plugin's test schemas live in this session's database."""
+    return session_dsn
+
+
 @pytest.fixture
 def dsn(session_dsn: str) -> str:
     """The session database with no jobs, queue settings, schedules or rate-limit starts."""
