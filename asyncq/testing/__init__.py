@@ -31,11 +31,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asyncq import codec
+from asyncq.control import JobControl
 from asyncq.errors import AsyncqError
 from asyncq.job import Job
 from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import WorkerStats
+from asyncq.worker.outcomes import Kind, decide
 from asyncq.writer import Writer
 
 if TYPE_CHECKING:
@@ -122,14 +124,14 @@ async def drain(
     worker and the time moves to those queues. A job still waiting after ``max_passes``
     passes (a task that snoozes for ever) raises `DrainIncomplete`, naming it.
 
-    While `inline` collects jobs of the App (``run=False``), runs those instead.
+    While `inline` is active for the App, runs its queued inline jobs instead (their
+    retries and snoozes too), ``max_passes`` times over at most.
     """
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, not {max_passes!r}")
     queue = _inline_queues.get(app)
     if queue is not None:
-        ran = await queue.run_pending()
-        return DrainResult(passes=1, claimed=ran)
+        return DrainResult(passes=1, claimed=await queue.run_pending(max_passes))
     result = DrainResult(passes=0)
     waiting: list[int] = []
     opened_here = not app.is_open  # else each pass of run_worker would open and close it
@@ -236,8 +238,10 @@ async def assert_not_deferred(task: Task[Any, Any], /, **args: Any) -> None:
 
 @dataclass(kw_only=True, slots=True)
 class InlineJob:
-    """A job deferred in `inline` mode: its arguments as stored (JSON text) and how its
-    one attempt ended (``queued`` until it runs, then ``done`` or ``failed``)."""
+    """A job deferred in `inline` mode: its arguments as stored (JSON text) and where its
+    attempts left it, as the table would say: ``queued`` (not run yet, or waiting for a
+    retry or a snooze), ``done`` or ``failed``; ``error`` is what the last attempt
+    raised, ``last_error`` the text the table would keep."""
 
     id: int
     task_name: str
@@ -247,9 +251,11 @@ class InlineJob:
     run_at: datetime | None
     delay: float
     max_attempts: int
+    attempts: int = 0
     status: str = "queued"
     result: Any = None
     error: BaseException | None = None
+    last_error: str | None = None
 
     @property
     def args(self) -> dict[str, Any]:
@@ -264,9 +270,9 @@ class InlineJob:
             status=self.status,
             priority=self.priority,
             run_at=self.run_at,
-            attempts=0 if self.status == "queued" else 1,
+            attempts=self.attempts,
             max_attempts=self.max_attempts,
-            last_error=None if self.error is None else f"{type(self.error).__name__}: {self.error}",
+            last_error=self.last_error,
         )
 
 
@@ -309,31 +315,51 @@ class InlineQueue:
             await self._run(record)
         return record.id
 
-    async def run_pending(self) -> int:
-        """Run the jobs still queued (and those they defer); returns how many ran."""
+    async def run_pending(self, max_passes: int = DEFAULT_MAX_PASSES) -> int:
+        """Run the queued jobs (those they defer, and their retries and snoozes) until
+        none is queued; returns how many attempts ran. `DrainIncomplete` after
+        ``max_passes`` passes over them."""
         ran = 0
-        while pending := [job for job in self.jobs if job.status == "queued"]:
+        for _ in range(max_passes):
+            pending = [job for job in self.jobs if job.status == "queued"]
+            if not pending:
+                return ran
             for job in pending:
                 await self._run(job)
                 ran += 1
-        return ran
+        waiting = [job.id for job in self.jobs if job.status == "queued"]
+        if not waiting:
+            return ran
+        raise DrainIncomplete(
+            f"drain made {max_passes} passes over the inline jobs and job(s) {waiting} are"
+            " still queued (a task that snoozes for ever?)"
+        )
 
     async def _run(self, record: InlineJob) -> None:
+        """One attempt, ended as a worker would end it (`outcomes.decide`)."""
         task = self.app.tasks.get(record.task_name)
-        executor = Executor(
-            tasks=self.app.tasks,
-            worker="inline",
-            middleware=self.app.middlewares,
-        )
+        executor = Executor(tasks=self.app.tasks, worker="inline", middleware=self.app.middlewares)
+        record.attempts += 1
         job = Job(
-            record.id, record.task_name, record.queue, record.stored_args, 1, record.max_attempts, 1
+            record.id,
+            record.task_name,
+            record.queue,
+            record.stored_args,
+            record.attempts,
+            record.max_attempts,
+            record.attempts,
         )
         record.status = "running"
         try:
             record.result = await executor.run(job, task)
         except Exception as exc:
-            record.status, record.error = "failed", exc
-            if self.raise_errors:
+            outcome = decide(job, task, error=exc)
+            assert outcome is not None  # no lease to lose inline
+            record.error, record.last_error = exc, outcome.error or record.last_error
+            record.status = "failed" if outcome.kind is Kind.FAIL else "queued"
+            if outcome.kind is Kind.SNOOZE:
+                record.attempts -= 1  # a snooze does not count the attempt
+            if self.raise_errors and not isinstance(exc, JobControl):
                 raise
         else:
             record.status = "done"
@@ -349,14 +375,16 @@ def inline(app: App, *, run: bool = True, raise_errors: bool = True) -> Iterator
     (a value that is not JSON raises `TypeError` at the defer), decodes them again and
     records the job in the queue's ``jobs``.
 
-    With ``run`` (the default), the job runs at once, before ``defer`` returns: one
-    attempt, in the caller's task, through the App's middleware, with `current_job`
-    set (attempt 1). What it raises, `asyncq.Retry` and `asyncq.Snooze` included,
-    propagates from ``defer`` (``raise_errors=False``: it is kept in the job's
-    ``error`` instead). A ``delay`` or ``run_at`` is recorded, not waited for; ``conn``
-    and ``unique_key`` are ignored. With ``run=False``, jobs are only collected:
-    ``await drain(app)`` runs them. Tasks registered on the App inside the block are
-    not affected."""
+    With ``run`` (the default), the job's first attempt runs at once, before ``defer``
+    returns: in the caller's task, through the App's middleware, with `current_job`
+    set. It ends as a worker would end it: ``done``; ``failed`` (`asyncq.Discard`,
+    ``retry_on``, the last attempt); or ``queued`` again for a retry or a snooze, which
+    ``await drain(app)`` runs (at once: time is not waited for inline). An exception
+    other than asyncq's signals (`Retry`, `Snooze`, `Discard`) also propagates from
+    ``defer`` (or `drain`), unless ``raise_errors=False``. A ``delay`` or ``run_at`` is
+    recorded, not waited for; ``conn`` and ``unique_key`` are ignored; ``timeout`` is
+    not enforced. With ``run=False``, jobs are only collected until `drain` runs them.
+    Tasks registered on the App inside the block are not affected."""
     queue = InlineQueue(
         app=app, run=run, raise_errors=raise_errors, max_args_bytes=app.max_args_bytes
     )

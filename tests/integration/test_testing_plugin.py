@@ -199,14 +199,25 @@ async def test_collects_then_drains_without_a_database():
         assert (await drain(app)).claimed == 1
     assert seen == [("later", None, 1)]
 
-async def test_errors_propagate_from_defer():
-    with inline(app):
-        with pytest.raises(asyncq.Snooze):
-            await sleepy.defer()
+async def test_jobs_end_as_a_worker_would_end_them():
+    with inline(app) as queue:
+        await sleepy.defer()  # a Snooze: queued again, not raised
+        with pytest.raises(RuntimeError, match="always"):
+            await broken.defer()  # an error: raised, and queued for its retry
+        assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 0), ("queued", 1)]
     with inline(app, raise_errors=False) as queue:
+        await flaky.defer(3)
         await broken.defer()
-    assert queue.jobs[0].status == "failed"
-    assert str(queue.jobs[0].error) == "always"
+        await drain(app)
+    assert [(job.task_name, job.status, job.attempts) for job in queue.jobs] == [
+        ("t.flaky", "done", 3),
+        ("t.broken", "failed", 4),
+    ]
+    assert queue.jobs[1].last_error.startswith("RuntimeError: always")
+    with inline(app) as queue:
+        await sleepy.defer()
+        with pytest.raises(DrainIncomplete, match=r"3 passes over the inline jobs"):
+            await drain(app, max_passes=3)
 """,
         "--asyncq-dsn=postgresql://nobody@127.0.0.1:1/none",
     )
