@@ -69,6 +69,14 @@ def describe_dsn(dsn: str) -> str:
     return f"postgresql://{user}{where}/{parts.get('dbname', '')}"
 
 
+def _check_schema(schema: str | None) -> None:
+    if schema is not None and not (isinstance(schema, str) and _SCHEMA_NAME.fullmatch(schema)):
+        raise ConfigurationError(
+            f"schema must be a lowercase SQL name of at most 50 characters"
+            f" (letters, digits, _), not starting with pg_, not {schema!r}"
+        )
+
+
 class App:
     """An asyncq application: register tasks on it, open it, defer jobs, run workers.
 
@@ -136,11 +144,7 @@ class App:
             raise ConfigurationError(
                 f"prepare_threshold must be None or a whole number >= 0, not {prepare_threshold!r}"
             )
-        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
-            raise ConfigurationError(
-                f"schema must be a lowercase SQL name of at most 50 characters"
-                f" (letters, digits, _), not starting with pg_, not {schema!r}"
-            )
+        _check_schema(schema)
         self._dsn_argument = dsn
         self._listen_dsn_argument = listen_dsn
         self.listen = listen
@@ -339,10 +343,37 @@ class App:
             raise AppNotOpen()
         return self._dsn
 
+    def rebind(self, *, dsn: str | None, schema: str | None) -> None:
+        """Point this App, while it is closed, at another database and schema: its tasks'
+        defers, its workers, `result` and the admin calls follow. `asyncq.testing` binds a
+        user's App to a test's schema with it (and back afterwards)."""
+        if self._pool is not None:
+            raise ConfigurationError("an open App cannot be rebound: close it first")
+        _check_schema(schema)
+        self._dsn_argument = dsn
+        self.schema = schema
+        self.store = Store(schema, traced=self.tracing)
+        self.writer.store = self.store
+        self.results.store = self.store
+
     @property
     def listen_dsn(self) -> str:
         """Where the LISTEN connections go (after `open`): ``listen_dsn``, else the DSN."""
         return self._listen_dsn_argument or self.dsn
+
+    @property
+    def dsn_argument(self) -> str | None:
+        """The DSN the App was given (or `rebind` gave it): None resolves it on `open`."""
+        return self._dsn_argument
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    @property
+    def middlewares(self) -> tuple[Middleware, ...]:
+        """The middleware registered with `middleware`, outermost first."""
+        return tuple(self._middleware)
 
     @property
     def pool(self) -> AsyncConnectionPool:

@@ -10,6 +10,7 @@ on the caller's connection, the caller's own.
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -67,6 +68,10 @@ class Writer:
         deadline = pools.DEADLINE + len(jobs.args) / 1_000_000
         async with pools.connection(self._opened(), deadline) as pooled:
             return await self.store.insert_jobs(pooled, jobs)
+
+    def connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
+        """A connection of the App's pool, with the pool's deadline (`asyncq.pools`)."""
+        return pools.connection(self._opened())
 
     def _opened(self) -> AsyncConnectionPool:
         if self._pool is None:

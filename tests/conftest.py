@@ -18,6 +18,8 @@ import asyncq
 from asyncq import embedded
 from tests.harness.ledger import Ledger
 
+pytest_plugins = ["pytester"]  # the asyncq pytest plugin is tested in sub-pytests
+
 SESSION_DB = f"asyncq_test_{os.getpid()}"
 
 
@@ -63,6 +65,12 @@ def session_dsn(server_dsn: str) -> Iterator[str]:
     yield dsn
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{SESSION_DB}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def asyncq_dsn(session_dsn: str) -> str:
+    """The asyncq pytest plugin's test schemas live in this session's database."""
+    return session_dsn
 
 
 @pytest.fixture

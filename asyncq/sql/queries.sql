@@ -818,3 +818,29 @@ ON CONFLICT (listener) DO UPDATE SET seen_at = now()
 
 -- name: results_not_listening
 DELETE FROM asyncq_result_listeners WHERE listener = %(listener)s
+
+-- name: testing_advance
+-- asyncq.testing's drain moves time forward: jobs waiting for a retry or a snooze (queued
+-- and claimed before) become due now; with %(scheduled)s, every queued job due later too.
+UPDATE asyncq_jobs
+   SET run_at = now()
+ WHERE status = 'queued' AND run_at > now() AND (claims > 0 OR %(scheduled)s)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+RETURNING id
+
+-- name: testing_jobs_of_task
+-- Every job of a task, whatever its status, oldest first (asyncq.testing's assertions).
+SELECT id, task_name, queue, args::text, status::text, priority, run_at, attempts,
+       max_attempts, last_error
+  FROM asyncq_jobs
+ WHERE task_name = %(task)s
+ ORDER BY id
+
+-- name: testing_empty
+-- asyncq.testing: a test's schema, emptied for the next test (the migrations stay).
+DELETE FROM asyncq_jobs;
+DELETE FROM asyncq_queues;
+DELETE FROM asyncq_schedule_runs;
+DELETE FROM asyncq_schedules;
+DELETE FROM asyncq_rate_starts;
+DELETE FROM asyncq_result_listeners

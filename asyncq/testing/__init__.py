@@ -1,0 +1,401 @@
+"""Helpers for testing code that uses asyncq: run jobs to the end, assert on what was
+deferred, or run tasks inline without a database.
+
+With a database (the pytest plugin's ``asyncq_test_app`` fixture gives each test an App
+bound to an empty schema of its own, see `asyncq.testing.plugin`)::
+
+    await signup("ada@example.com")           # code that defers jobs
+    await assert_deferred(send_welcome, email="ada@example.com")
+    result = await drain(app)                  # run them, retries included, no sleeping
+    assert result.failed == 0
+
+Without one (`inline`): deferring runs the task at once, in the caller, after its
+arguments made the same JSON round trip they make in production::
+
+    with inline(app) as queue:
+        await send_welcome.defer(email="ada@example.com")
+    assert queue.jobs[0].status == "done"
+
+`drain`, `deferred_jobs`, `assert_deferred` and `assert_not_deferred` work in both
+modes: while `inline` is active for a task's App, they read its inline jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from asyncq import codec
+from asyncq.control import JobControl
+from asyncq.errors import AsyncqError
+from asyncq.job import Job
+from asyncq.task import JobWriter, Task
+from asyncq.worker.executor import Executor
+from asyncq.worker.observer import WorkerStats
+from asyncq.worker.outcomes import Kind, decide
+from asyncq.writer import Writer
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from asyncq.app import App
+    from asyncq.store import NewJob
+
+__all__ = [
+    "DeferredJob",
+    "DrainIncomplete",
+    "DrainResult",
+    "InlineQueue",
+    "assert_deferred",
+    "assert_not_deferred",
+    "deferred_jobs",
+    "drain",
+    "inline",
+]
+
+DEFAULT_MAX_PASSES = 25
+
+
+class DrainIncomplete(AsyncqError):
+    """`drain` made its last pass and jobs were still waiting for a retry or a snooze."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainResult:
+    """What `drain` did: worker passes made, and the attempts of all of them."""
+
+    passes: int
+    claimed: int = 0
+    done: int = 0
+    failed_attempts: int = 0
+    snoozed: int = 0
+    cancelled: int = 0
+
+    def add(self, stats: WorkerStats) -> DrainResult:
+        return DrainResult(
+            passes=self.passes + 1,
+            claimed=self.claimed + stats.claimed,
+            done=self.done + stats.done,
+            failed_attempts=self.failed_attempts + stats.failed_attempts,
+            snoozed=self.snoozed + stats.snoozed,
+            cancelled=self.cancelled + stats.cancelled,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeferredJob:
+    """A job as the assertions see it: its row, or its inline record. ``args`` are the
+    stored arguments, decoded from JSON (a tuple argument reads back as a list)."""
+
+    id: int
+    task_name: str
+    queue: str
+    args: dict[str, Any]
+    status: str
+    priority: int
+    run_at: datetime | None
+    attempts: int
+    max_attempts: int
+    last_error: str | None = None
+
+
+async def drain(
+    app: App,
+    *,
+    queues: Sequence[str] | None = None,
+    scheduled: bool = False,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    concurrency: int = 10,
+) -> DrainResult:
+    """Run every ready job of ``app``'s schema to its end, in this process, with a real
+    worker (``app.run_worker(drain=True)``); then move time forward and go again, until
+    no job waits.
+
+    After each pass, the jobs queued for a retry or a snooze (queued again after a
+    claim) are made due now, instead of being slept through: a task that fails for
+    ever ends ``failed`` after its ``max_attempts`` passes, with no wait for its
+    backoff. Jobs deferred with a ``delay`` or ``run_at`` in the future are left
+    alone, unless ``scheduled`` is true (then they run too). ``queues`` narrows the
+    worker and the time moves to those queues. A job still waiting after ``max_passes``
+    passes (a task that snoozes for ever) raises `DrainIncomplete`, naming it.
+
+    While `inline` is active for the App, runs its queued inline jobs instead (their
+    retries and snoozes too), ``max_passes`` times over at most.
+    """
+    if max_passes < 1:
+        raise ValueError(f"max_passes must be at least 1, not {max_passes!r}")
+    queue = _inline_queues.get(app)
+    if queue is not None:
+        return DrainResult(passes=1, claimed=await queue.run_pending(max_passes))
+    result = DrainResult(passes=0)
+    waiting: list[int] = []
+    opened_here = not app.is_open  # else each pass of run_worker would open and close it
+    if opened_here:
+        await app.open()
+    try:
+        for _ in range(max_passes):
+            stats = await app.run_worker(
+                queues, drain=True, handle_signals=False, concurrency=concurrency
+            )
+            result = result.add(stats)
+            async with app.writer.connection() as conn:
+                waiting = await app.store.testing_advance(conn, scheduled=scheduled, queues=queues)
+            if not waiting:
+                return result
+            scheduled = False  # what was due later has run once: from now on, retries only
+    finally:
+        if opened_here:
+            await app.close()
+    raise DrainIncomplete(
+        f"drain made {max_passes} passes and job(s) {sorted(waiting)} still wait for a"
+        " retry or a snooze (a task that snoozes for ever?); raise max_passes if more"
+        " attempts are expected"
+    )
+
+
+# -- what was deferred ---------------------------------------------------------------
+
+
+async def deferred_jobs(task: Task[Any, Any]) -> list[DeferredJob]:
+    """Every job of ``task`` in its App's schema (or inline queue), whatever its status,
+    oldest first."""
+    writer = task.writer
+    if isinstance(writer, InlineQueue):
+        return [job.as_deferred() for job in writer.jobs if job.task_name == task.name]
+    if not isinstance(writer, Writer):
+        raise TypeError(f"{task!r} writes its jobs with {writer!r}, which asyncq cannot read")
+    async with writer.connection() as conn:
+        rows = await writer.store.testing_jobs_of_task(conn, task=task.name)
+    return [
+        DeferredJob(
+            id=int(row[0]),
+            task_name=row[1],
+            queue=row[2],
+            args=codec.decode(row[3]),
+            status=row[4],
+            priority=row[5],
+            run_at=row[6],
+            attempts=row[7],
+            max_attempts=row[8],
+            last_error=row[9],
+        )
+        for row in rows
+    ]
+
+
+def _expected(task: Task[Any, Any], args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` as they read back after their JSON round trip (a tuple is a list)."""
+    try:
+        return dict(codec.decode(codec.to_json(dict(args))))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the arguments to look for in {task.name} are not JSON: {exc}") from None
+
+
+def _matches(job: DeferredJob, expected: Mapping[str, Any]) -> bool:
+    return all(name in job.args and job.args[name] == value for name, value in expected.items())
+
+
+def _describe(jobs: Sequence[DeferredJob]) -> str:
+    return "\n".join(f"  #{job.id} {job.status} {codec.to_json(job.args)}" for job in jobs)
+
+
+async def assert_deferred(task: Task[Any, Any], /, **args: Any) -> DeferredJob:
+    """Assert a job of ``task`` was deferred whose arguments include ``args`` (compared
+    after their JSON round trip; arguments not named are not compared); returns the
+    first such job. The failure lists the task's jobs that were deferred."""
+    expected = _expected(task, args)
+    jobs = await deferred_jobs(task)
+    for job in jobs:
+        if _matches(job, expected):
+            return job
+    wanted = f" with arguments {codec.to_json(expected)}" if expected else ""
+    if not jobs:
+        raise AssertionError(f"no job of {task.name} was deferred (expected one{wanted})")
+    raise AssertionError(
+        f"no job of {task.name} was deferred{wanted}; its {len(jobs)} job(s):\n{_describe(jobs)}"
+    )
+
+
+async def assert_not_deferred(task: Task[Any, Any], /, **args: Any) -> None:
+    """Assert no job of ``task`` was deferred whose arguments include ``args`` (with no
+    ``args``: no job of ``task`` at all)."""
+    expected = _expected(task, args)
+    found = [job for job in await deferred_jobs(task) if _matches(job, expected)]
+    if found:
+        wanted = f" with arguments {codec.to_json(expected)}" if expected else ""
+        raise AssertionError(
+            f"expected no job of {task.name}{wanted}; found {len(found)}:\n{_describe(found)}"
+        )
+
+
+# -- inline mode ---------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class InlineJob:
+    """A job deferred in `inline` mode: its arguments as stored (JSON text) and where its
+    attempts left it, as the table would say: ``queued`` (not run yet, or waiting for a
+    retry or a snooze), ``done`` or ``failed``; ``error`` is what the last attempt
+    raised, ``last_error`` the text the table would keep."""
+
+    id: int
+    task_name: str
+    queue: str
+    stored_args: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+    attempts: int = 0
+    status: str = "queued"
+    result: Any = None
+    error: BaseException | None = None
+    last_error: str | None = None
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(codec.decode(self.stored_args))
+
+    def as_deferred(self) -> DeferredJob:
+        return DeferredJob(
+            id=self.id,
+            task_name=self.task_name,
+            queue=self.queue,
+            args=self.args,
+            status=self.status,
+            priority=self.priority,
+            run_at=self.run_at,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            last_error=self.last_error,
+        )
+
+
+@dataclass(kw_only=True)
+class InlineQueue:
+    """The `JobWriter` of an App's tasks in `inline` mode: keeps every job in ``jobs``;
+    with ``run``, runs each at once, before its ``defer`` returns."""
+
+    app: App
+    run: bool
+    raise_errors: bool
+    max_args_bytes: int
+    jobs: list[InlineJob] = field(default_factory=list)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def write(self, job: NewJob) -> Awaitable[int]:
+        return self._write(job, job.args)
+
+    async def write_alone(
+        self, job: NewJob, *, conn: AsyncConnection[Any] | None, unique_key: str | None
+    ) -> int:
+        return await self._write(job, job.args)
+
+    async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
+        return [await self._write(jobs, codec.to_json(args)) for args in codec.decode(jobs.args)]
+
+    async def _write(self, job: NewJob, stored_args: str) -> int:
+        record = InlineJob(
+            id=next(self._ids),
+            task_name=job.task_name,
+            queue=job.queue,
+            stored_args=stored_args,
+            priority=job.priority,
+            run_at=job.run_at,
+            delay=job.delay,
+            max_attempts=job.max_attempts,
+        )
+        self.jobs.append(record)
+        if self.run:
+            await self._run(record)
+        return record.id
+
+    async def run_pending(self, max_passes: int = DEFAULT_MAX_PASSES) -> int:
+        """Run the queued jobs (those they defer, and their retries and snoozes) until
+        none is queued; returns how many attempts ran. `DrainIncomplete` after
+        ``max_passes`` passes over them."""
+        ran = 0
+        for _ in range(max_passes):
+            pending = [job for job in self.jobs if job.status == "queued"]
+            if not pending:
+                return ran
+            for job in pending:
+                await self._run(job)
+                ran += 1
+        waiting = [job.id for job in self.jobs if job.status == "queued"]
+        if not waiting:
+            return ran
+        raise DrainIncomplete(
+            f"drain made {max_passes} passes over the inline jobs and job(s) {waiting} are"
+            " still queued (a task that snoozes for ever?)"
+        )
+
+    async def _run(self, record: InlineJob) -> None:
+        """One attempt, ended as a worker would end it (`outcomes.decide`)."""
+        task = self.app.tasks.get(record.task_name)
+        executor = Executor(tasks=self.app.tasks, worker="inline", middleware=self.app.middlewares)
+        record.attempts += 1
+        job = Job(
+            record.id,
+            record.task_name,
+            record.queue,
+            record.stored_args,
+            record.attempts,
+            record.max_attempts,
+            record.attempts,
+        )
+        record.status = "running"
+        try:
+            record.result = await executor.run(job, task)
+        except Exception as exc:
+            outcome = decide(job, task, error=exc)
+            assert outcome is not None  # no lease to lose inline
+            record.error, record.last_error = exc, outcome.error or record.last_error
+            record.status = "failed" if outcome.kind is Kind.FAIL else "queued"
+            if outcome.kind is Kind.SNOOZE:
+                record.attempts -= 1  # a snooze does not count the attempt
+            if self.raise_errors and not isinstance(exc, JobControl):
+                raise
+        else:
+            record.status = "done"
+
+
+_inline_queues: weakref.WeakKeyDictionary[App, InlineQueue] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def inline(app: App, *, run: bool = True, raise_errors: bool = True) -> Iterator[InlineQueue]:
+    """Within the block, ``app``'s tasks write no job rows: each ``defer``,
+    ``options(...).defer`` and ``defer_many`` encodes its arguments as in production
+    (a value that is not JSON raises `TypeError` at the defer), decodes them again and
+    records the job in the queue's ``jobs``.
+
+    With ``run`` (the default), the job's first attempt runs at once, before ``defer``
+    returns: in the caller's task, through the App's middleware, with `current_job`
+    set. It ends as a worker would end it: ``done``; ``failed`` (`asyncq.Discard`,
+    ``retry_on``, the last attempt); or ``queued`` again for a retry or a snooze, which
+    ``await drain(app)`` runs (at once: time is not waited for inline). An exception
+    other than asyncq's signals (`Retry`, `Snooze`, `Discard`) also propagates from
+    ``defer`` (or `drain`), unless ``raise_errors=False``. A ``delay`` or ``run_at`` is
+    recorded, not waited for; ``conn`` and ``unique_key`` are ignored; ``timeout`` is
+    not enforced. With ``run=False``, jobs are only collected until `drain` runs them.
+    Tasks registered on the App inside the block are not affected."""
+    queue = InlineQueue(
+        app=app, run=run, raise_errors=raise_errors, max_args_bytes=app.max_args_bytes
+    )
+    tasks = list(app.tasks.values())
+    saved: list[JobWriter] = [task.writer for task in tasks]
+    for task in tasks:
+        task.writer = queue
+    _inline_queues[app] = queue
+    try:
+        yield queue
+    finally:
+        for task, writer in zip(tasks, saved, strict=True):
+            task.writer = writer
+        _inline_queues.pop(app, None)
