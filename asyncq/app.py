@@ -368,6 +368,7 @@ class App:
 
     @property
     def is_open(self) -> bool:
+        """Whether `open` has run (and `close` not yet): the App has its pool."""
         return self._pool is not None
 
     @property
