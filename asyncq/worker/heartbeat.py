@@ -2,9 +2,15 @@
 lease (every quarter of it), on the worker's own pool, so that jobs holding the App's
 connections cannot starve it. An attempt whose lease is gone (reaped, or claimed again
 elsewhere) is lost: the dispatcher stops it, since its outcome could not be written. An
-attempt a cancel asked to stop is stopped here, if its notification did not come."""
+attempt a cancel asked to stop is stopped here, if its notification did not come.
+
+Each renewal that succeeds tells the dispatcher when it was sent: an attempt not renewed
+for most of a lease is stopped by the dispatcher's self-fence, on a timer of its own, so
+a renewal hung on a dead connection (until its deadline) cannot hold that back."""
 
 from __future__ import annotations
+
+import asyncio
 
 import anyio
 from anyio.abc import TaskStatus
@@ -47,6 +53,8 @@ class Heartbeat:
         attempts = self.dispatcher.attempts()
         if not attempts:
             return
+        # No later than the statement is sent: the database sets each lock after this.
+        sent = asyncio.get_running_loop().time()
         # Within its interval: a renewal never overlaps the next one.
         async with pools.connection(self.pool, self.interval) as conn:
             kept = await self.store.heartbeat(
@@ -58,6 +66,8 @@ class Heartbeat:
             if aborted is None:
                 if self.dispatcher.held.get(attempt.job.id) is attempt:
                     self.dispatcher.lose(attempt, "reaped or claimed elsewhere")
-            elif aborted and attempt.stop is None:
+                continue
+            self.dispatcher.renewed(attempt, sent)
+            if aborted and attempt.stop is None:
                 # The cancel's notification was lost (or came while the listener was away).
                 self.dispatcher.abort(attempt.job.id, attempt.job.claim)

@@ -47,7 +47,7 @@ class Producer:
         slots: Slots,
         wakeup: Wakeup,
         poll_interval: float,
-        hold: Callable[[Job], None],
+        hold: Callable[[Job, float], None],
         is_idle: Callable[[], bool],
         drain: bool,
         observer: Observer,
@@ -94,7 +94,7 @@ class Producer:
             await self.slots.wait_free(self.refill_at)
             want = min(self.slots.free, self.batch_size)
             self.slots.take(want)
-            began = anyio.current_time()
+            began = anyio.current_time()  # the loop's clock, as the dispatcher's fence
             try:
                 jobs = await self._claim(kept, want)
             except TRANSIENT_ERRORS as exc:
@@ -106,7 +106,7 @@ class Producer:
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
                 for job in jobs:
-                    self.hold(job)
+                    self.hold(job, began)  # sent no earlier: the lease runs from after it
             if len(jobs) == want:
                 self.wakeup.nudge()  # more is likely waiting: a sibling loop may claim it too
             await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again
