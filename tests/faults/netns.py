@@ -2,8 +2,9 @@
 can go silent: every packet dropped both ways, no reset, no ICMP, no error to either end,
 as behind a dropped NAT entry or a hung middlebox.
 
-The pair's addresses are a /30 of 10.251.0.0/16 chosen by the test process's id: the
-host end (where the test's PostgreSQL also listens) and the namespace's end. Traffic
+The pair's addresses are a /30 of 10.251.0.0/16 (or another 10.x.0.0/16 a test names, so
+that tests run at once cannot collide: each file its own) chosen by the test process's
+id: the host end (where the test's PostgreSQL also listens) and the namespace's end. Traffic
 goes only between the two ends of the pair. The link is silenced with iptables DROP
 rules inside the namespace (its INPUT from the pair and its OUTPUT to it): the host's
 own rules are never touched, and deleting the namespace deletes the pair and the rules.
@@ -22,27 +23,29 @@ import pytest
 
 
 class Partition:
-    def __init__(self) -> None:
+    def __init__(self, *, name: str = "part", second: int = 251) -> None:
+        """``name``: the namespace's (its first letter, the pair's); ``second``: the second
+        octet of the addresses. Tests that may run at once give each other's apart."""
         pid = os.getpid()
-        self.ns = f"asyncq-part-{pid}"
-        self.host_if = f"aqp{pid % 100000}h"  # at most 15 characters
-        self.ns_if = f"aqp{pid % 100000}n"
+        self.ns = f"asyncq-{name}-{pid}"
+        self.host_if = f"aq{name[0]}{pid % 100000}h"  # at most 15 characters
+        self.ns_if = f"aq{name[0]}{pid % 100000}n"
         block = 4 * (pid % 64)
         third = 100 + (pid // 64) % 150
-        self.network = f"10.251.{third}.{block}/30"
-        self.host_ip = f"10.251.{third}.{block + 1}"
-        self.ns_ip = f"10.251.{third}.{block + 2}"
+        self.network = f"10.{second}.{third}.{block}/30"
+        self.host_ip = f"10.{second}.{third}.{block + 1}"
+        self.ns_ip = f"10.{second}.{third}.{block + 2}"
         self.silent = False
 
     @classmethod
-    def make(cls) -> Partition:
+    def make(cls, *, name: str = "part", second: int = 251) -> Partition:
         """A namespace with its link up, or `pytest.skip` saying what is missing."""
         if os.geteuid() != 0:
             pytest.skip("a network partition needs root (ip netns, iptables)")
         for tool in ("ip", "iptables"):
             if shutil.which(tool) is None:
                 pytest.skip(f"a network partition needs {tool} (apt-get install iproute2 iptables)")
-        made = cls()
+        made = cls(name=name, second=second)
         try:
             made._create()
             made._ns("iptables", "-w", "-L", "INPUT", "-n")
