@@ -315,10 +315,12 @@ FROZEN_LEASE = 3.0
 def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
     server: ControlledPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A worker is frozen (SIGSTOP: a paused VM) while the server goes away and comes
-    back; the other worker's reaper takes its jobs back and runs them. Thawed, the
-    frozen worker finishes the first attempts and retries their outcomes over new
-    connections: every one must be refused, and no done row touched."""
+    """The server goes away; the jobs of one worker end while it is away, and that
+    worker is frozen (SIGSTOP: a paused VM) with their outcomes waiting to be written.
+    The server comes back; the other worker's reaper takes the jobs back and runs them.
+    Thawed, the frozen worker retries its outcomes over new connections: every one must
+    be refused, and no done row touched. (Frozen while its jobs ran, it would stop them
+    when thawed, by its self-fence, and write nothing: `test_frozen_worker.py`.)"""
     dsn = create_database(server, "frozen_outage", history=True)
     workers = fault_workers(dsn, tmp_path)
     options = ("--concurrency", "5")
@@ -327,9 +329,18 @@ def test_outcomes_a_frozen_worker_held_through_an_outage_are_refused(
             frozen, other = (workers.start(*options, lease=FROZEN_LEASE) for _ in range(2))
             ids = insert_jobs(db.conn, WORK, [{"ms": 1500} for _ in range(10)])
             wait_until(lambda: started(workers, ids), 10, "the jobs to start")
-            frozen.send(signal.SIGSTOP)
+            away_at = time.monotonic()
             server.stop("fast")
-            time.sleep(FROZEN_OUTAGE)
+            # Its jobs end (1.5 s) before its self-fence would stop them (2.4 s after the
+            # claim at least): their outcomes wait for the server.
+            mine = [i for i in ids if workers.ledger.first_start(i).pid == frozen.pid]  # type: ignore[union-attr]
+            wait_until(
+                lambda: all(workers.ledger.events("end", i) for i in mine),
+                5,
+                "the frozen worker's jobs to end",
+            )
+            frozen.send(signal.SIGSTOP)
+            time.sleep(FROZEN_OUTAGE - (time.monotonic() - away_at))
             server.start()
             ready_at = time.time()
             db.close()  # broken by the outage
