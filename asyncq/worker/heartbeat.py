@@ -53,10 +53,10 @@ class Heartbeat:
         attempts = self.dispatcher.attempts()
         if not attempts:
             return
-        # No later than the statement is sent: the database sets each lock after this.
-        sent = asyncio.get_running_loop().time()
         # Within its interval: a renewal never overlaps the next one.
         async with pools.connection(self.pool, self.interval) as conn:
+            # Just before the statement is sent: the database renews each lock after this.
+            sent = asyncio.get_running_loop().time()
             kept = await self.store.heartbeat(
                 conn, worker=self.worker, jobs=[a.job for a in attempts]
             )
