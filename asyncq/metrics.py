@@ -62,6 +62,12 @@ class WorkerMetrics(Observer):
         self.lost = prom.Counter(
             "asyncq_leases_lost", "Attempts whose lease this worker lost.", registry=r
         )
+        self.fenced_attempts = prom.Counter(
+            "asyncq_attempts_fenced",
+            "Attempts this worker stopped because it could not renew their lease in time"
+            " (also counted in asyncq_leases_lost).",
+            registry=r,
+        )
         self.reaped = prom.Counter(
             "asyncq_jobs_reaped",
             "Jobs of dead workers taken back, by the state they went to.",
@@ -106,6 +112,10 @@ class WorkerMetrics(Observer):
 
     def lease_lost(self, job: Job, why: str) -> None:
         self.lost.inc()
+
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        self.lost.inc()
+        self.fenced_attempts.inc()
 
     def rescued(self, jobs: Mapping[int, str]) -> None:
         for status in jobs.values():

@@ -11,6 +11,17 @@ the cancellation, and takes it back (``Task.uncancel``) when the attempt ends: a
 for one attempt cannot reach the next one its runner takes. A ``CancelledError`` the
 worker did not send is the task's own, and fails that attempt like any error.
 
+The self-fence: each held attempt remembers when the claim or the last renewal that
+succeeded was sent (`Attempt.renewed`, on the loop's monotonic clock). The database locked
+the row no earlier than that, so no rescuer can take the job back before a lease has
+passed since. An attempt not renewed for `FENCE_AFTER` of the lease (the worker cannot
+reach the database, or was frozen) is stopped and given up like a lost one, before another
+worker may claim it: one job never runs on two hosts at once, beyond what the task does
+after its cancellation. One timer, set for the earliest such moment, does it, on the
+loop, whatever the heartbeat's calls are waiting for. What it cannot stop: code that
+blocks the loop (the timer fires late) and work handed to a thread
+(``asyncio.to_thread``: the attempt is cancelled, the thread runs on).
+
 Shutdown (`stop`): running attempts get the grace period to end; the rest are stopped
 and handed back; an attempt that does not end within `STOP_DEADLINE` of that (a task
 that swallows cancellation) is left running, to its lease, and the worker goes on
@@ -32,7 +43,7 @@ from asyncq.job import Job
 from asyncq.worker.executor import Executor, RunnableTask
 from asyncq.worker.observer import Observer
 from asyncq.worker.outcomes import Outcome, Stop, decide
-from asyncq.worker.settings import STOP_DEADLINE
+from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
 from asyncq.worker.slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -51,6 +62,7 @@ class Attempt:
     stop: Stop | None = None  # why the worker stopped it, if it did
     runner: asyncio.Task[None] | None = None  # while RUNNING
     cancels: int = 0  # cancellations sent to its runner, to take back when it ends
+    renewed: float = 0.0  # the loop's time when its claim or last good renewal was sent
 
 
 class Dispatcher:
@@ -63,6 +75,7 @@ class Dispatcher:
         slots: Slots,
         submit: Callable[[Outcome], None],
         observer: Observer,
+        lease: float,
     ) -> None:
         self.concurrency = concurrency
         self.tasks = tasks
@@ -77,6 +90,8 @@ class Dispatcher:
         self._runners: set[asyncio.Task[None]] = set()
         self._ended = asyncio.Event()
         self._closed = False
+        self.fence_after = lease * FENCE_AFTER
+        self._fence: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -87,16 +102,20 @@ class Dispatcher:
 
     # -- attempts ---------------------------------------------------------------------
 
-    def hold(self, job: Job) -> None:
-        """Run ``job``, just claimed (a claim takes no more jobs than there are free runners)."""
+    def hold(self, job: Job, sent: float | None = None) -> None:
+        """Run ``job``, just claimed (a claim takes no more jobs than there are free runners)
+        by a statement sent at ``sent`` (the loop's time; None: now)."""
         earlier = self.held.get(job.id)
         if earlier is not None:
             # Claimed again here (reaped while this worker was frozen, say): the earlier
             # claim is gone, and with it anything its attempt would write.
             self.lose(earlier, f"claimed again here as attempt {job.attempt}")
-        attempt = Attempt(job)
+        now = asyncio.get_running_loop().time()
+        attempt = Attempt(job, renewed=now if sent is None else sent)
         self.held[job.id] = attempt
         self._queue.put_nowait(attempt)
+        if not self._fenced(attempt, now):  # a claim that took most of a lease: never run it
+            self._fence_at(attempt.renewed + self.fence_after)
 
     def stop_attempt(self, attempt: Attempt, why: Stop) -> None:
         """Stop ``attempt`` for ``why``: at once if it runs, else before it starts."""
@@ -118,14 +137,56 @@ class Dispatcher:
             self.stop_attempt(attempt, Stop.ABORT)
 
     def lose(self, attempt: Attempt, why: str) -> None:
-        """The one path for a lost lease: write nothing more for this claim, stop its
-        attempt, stop renewing it."""
+        """A lost lease: write nothing more for this claim, stop its attempt, stop
+        renewing it."""
+        if self._give_up(attempt):
+            self.observer.lease_lost(attempt.job, why)
+
+    def _give_up(self, attempt: Attempt) -> bool:
+        """The one path for a lease lost or given up (the self-fence); False if it was
+        already."""
         if attempt.stop is Stop.LEASE_LOST:
-            return
+            return False
         self.stop_attempt(attempt, Stop.LEASE_LOST)
         attempt.stop = Stop.LEASE_LOST
-        self.observer.lease_lost(attempt.job, why)
         self.forget(attempt)
+        return True
+
+    def renewed(self, attempt: Attempt, sent: float) -> None:
+        """A renewal of ``attempt``'s lease sent at ``sent`` (the loop's time) succeeded."""
+        if sent > attempt.renewed:
+            attempt.renewed = sent
+        # The timer stays: when it fires, it sets itself again for the earliest attempt.
+
+    def _fence_at(self, when: float) -> None:
+        timer = self._fence
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._fence = asyncio.get_running_loop().call_at(when, self._check_fence)
+
+    def _check_fence(self) -> None:
+        """Stop every attempt whose lease has not been renewed for `fence_after`."""
+        self._fence = None
+        now = asyncio.get_running_loop().time()
+        earliest: float | None = None
+        for attempt in list(self.held.values()):
+            if attempt.state is State.ENDED or self._fenced(attempt, now):
+                continue  # an ended one has nothing to stop; the write of its outcome is fenced
+            due = attempt.renewed + self.fence_after
+            if earliest is None or due < earliest:
+                earliest = due
+        if earliest is not None and not self._closed:
+            self._fence_at(earliest)
+
+    def _fenced(self, attempt: Attempt, now: float) -> bool:
+        """Stop ``attempt`` if its lease has not been renewed for `fence_after`."""
+        if now < attempt.renewed + self.fence_after:
+            return False
+        if self._give_up(attempt):
+            self.observer.fenced(attempt.job, now - attempt.renewed)
+        return True
 
     def forget(self, attempt: Attempt) -> None:
         """Stop holding ``attempt`` (a later claim of the same job held here stays)."""
@@ -233,6 +294,9 @@ class Dispatcher:
                 await self._until_ended()
         stubborn = [a for a in self._active()]
         self._closed = True
+        if self._fence is not None:
+            self._fence.cancel()
+            self._fence = None
         for _ in range(len(self._runners)):
             self._queue.put_nowait(None)
         for attempt in stubborn:

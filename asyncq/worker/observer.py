@@ -38,8 +38,9 @@ class WorkerStats:
     released: int
     snoozed: int = 0
     cancelled: int = 0
-    lost: int = 0
+    lost: int = 0  # attempts whose lease was lost, the self-fenced included
     left_running: int = 0
+    fenced: int = 0  # attempts stopped because their lease could not be renewed in time
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,11 @@ class Observer:
 
     def lease_lost(self, job: Job, why: str) -> None:
         """This worker's claim of ``job`` is gone: it writes nothing more for it."""
+
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        """The lease of ``job`` has not been renewed for ``unrenewed`` seconds (since the
+        last renewal that succeeded was sent): this worker stops the attempt, before
+        another worker may take the job, and writes nothing more for it."""
 
     def aborting(self, job: Job) -> None:
         """A cancel asked this worker to stop the attempt of ``job`` it runs."""
@@ -169,6 +175,10 @@ class Observers(Observer):
         for o in self.observers:
             o.lease_lost(job, why)
 
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        for o in self.observers:
+            o.fenced(job, unrenewed)
+
     def aborting(self, job: Job) -> None:
         for o in self.observers:
             o.aborting(job)
@@ -217,6 +227,7 @@ class Counts(Observer):
         self.claims = 0
         self.by_kind = dict.fromkeys(Kind, 0)
         self.lost = 0
+        self.fenced_attempts = 0
 
     def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
         self.claims += len(jobs)
@@ -226,6 +237,10 @@ class Counts(Observer):
 
     def lease_lost(self, job: Job, why: str) -> None:
         self.lost += 1
+
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        self.lost += 1
+        self.fenced_attempts += 1
 
     def stats(self, worker: str, *, left_running: int = 0) -> WorkerStats:
         kinds = self.by_kind
@@ -239,6 +254,7 @@ class Counts(Observer):
             cancelled=kinds[Kind.CANCEL],
             lost=self.lost,
             left_running=left_running,
+            fenced=self.fenced_attempts,
         )
 
 
@@ -344,6 +360,17 @@ class LogObserver(Observer):
             job.attempt,
             why,
             extra={"action": "lease_lost", "job_id": job.id},
+        )
+
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        logger.warning(
+            "job %d (%s): lease not renewed for %.1fs: stopping attempt %d before another"
+            " worker may take the job",
+            job.id,
+            job.task_name,
+            unrenewed,
+            job.attempt,
+            extra={"action": "lease_fenced", "job_id": job.id},
         )
 
     def aborting(self, job: Job) -> None:

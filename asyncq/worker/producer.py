@@ -47,7 +47,7 @@ class Producer:
         slots: Slots,
         wakeup: Wakeup,
         poll_interval: float,
-        hold: Callable[[Job], None],
+        hold: Callable[[Job, float], None],
         is_idle: Callable[[], bool],
         drain: bool,
         observer: Observer,
@@ -96,7 +96,7 @@ class Producer:
             self.slots.take(want)
             began = anyio.current_time()
             try:
-                jobs = await self._claim(kept, want)
+                jobs, sent = await self._claim(kept, want)
             except TRANSIENT_ERRORS as exc:
                 self.slots.unclaimed(want)
                 await tries.failed(exc)
@@ -106,7 +106,7 @@ class Producer:
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
                 for job in jobs:
-                    self.hold(job)
+                    self.hold(job, sent)
             if len(jobs) == want:
                 self.wakeup.nudge()  # more is likely waiting: a sibling loop may claim it too
             await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again
@@ -124,13 +124,18 @@ class Producer:
                 else:
                     await self.wakeup.wait(self.poll_interval if polls else None)
 
-    async def _claim(self, kept: KeptConnection, limit: int) -> list[Job]:
+    async def _claim(self, kept: KeptConnection, limit: int) -> tuple[list[Job], float]:
+        """The jobs claimed, and when the claim was sent (the loop's clock, the dispatcher's
+        self-fence's): read once the connection is there, just before the statement, so
+        no later than the database locks the rows (a connection that took long to come,
+        after a silence say, does not count against the lease)."""
         # Shielded: a claim cancelled after it committed would leave its jobs running with
         # nobody to run them until their lease expired. Stopping waits for it instead, up
         # to its deadline: past that its connection is cut, and a claim that committed all
         # the same (only its answer was lost) leaves its jobs to their lease.
         with anyio.CancelScope(shield=True):
             async with kept.connection() as conn:
+                sent = asyncio.get_running_loop().time()
                 if self.limits is not None:
                     jobs = await self.store.claim_limited(
                         conn,
@@ -144,4 +149,4 @@ class Producer:
                     jobs = await self.store.claim(
                         conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
                     )
-        return jobs
+        return jobs, sent

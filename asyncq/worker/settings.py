@@ -24,6 +24,16 @@ FREE_HANDBACKS = 3
 # After the grace period, how long stopped jobs have to end before the worker leaves
 # those that do not (a task that swallows cancellation) to their lease.
 STOP_DEADLINE = 5.0
+# The self-fence: a worker stops an attempt whose lease it has not renewed for this share
+# of the lease, counted on its own monotonic clock from when it sent the last renewal that
+# succeeded (or the claim). The database wrote the row's lock no earlier than that send, so
+# no rescuer can take the job back before a whole lease after it: stopping at 0.8 of the
+# lease leaves a fifth of it (6 s of the default 30 s) for the task to unwind after its
+# cancellation, for the loop's lag and for the two clocks to tick at slightly different
+# rates. Renewals are sent every quarter of the lease and cut at a quarter: after one
+# that hangs to its deadline, the next is sent three quarters of a lease after the last
+# success, and saves the attempt if it is answered within a twentieth of the lease.
+FENCE_AFTER = 0.8
 
 
 @dataclass(frozen=True, slots=True)

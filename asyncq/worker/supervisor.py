@@ -147,6 +147,7 @@ class Worker:
             slots=slots,
             submit=completer.submit,
             observer=observer,
+            lease=settings.lease,
         )
         self._running = lambda: sum(1 for a in dispatcher.attempts() if a.state is not State.ENDED)
         producer = Producer(

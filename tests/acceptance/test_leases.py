@@ -71,17 +71,20 @@ def test_a_frozen_worker_that_lost_its_lease_cannot_overwrite_the_outcome(
     assert settled["attempts"] == 2
     assert settled["locked_by"] == other.worker_id
 
-    # Thawed, the first worker's sleep is over at once: the task returns, and the worker
-    # tries to write its success with a lease that is gone.
+    # Thawed, the first worker's sleep is over at once, but before the task goes on, the
+    # worker's self-fence finds the lease unrenewed for longer than it may be: it cancels
+    # the task and writes nothing.
     frozen.send(signal.SIGCONT)
-    frozen.wait_log("lease lost", 10)
+    frozen.wait_log("lease not renewed for", 10)
+    wait_until(lambda: ledger.events("cancel", job_id), 10, "the stale run to be cancelled")
     assert job_row(db, job_id) == settled
     assert frozen.alive
 
     starts = ledger.events("start", job_id)
     assert [(e.attempt, e.pid) for e in starts] == [(1, frozen.pid), (2, other.pid)]
     ends = {(e.attempt, e.pid) for e in ledger.events("end", job_id)}
-    assert ends == {(1, frozen.pid), (2, other.pid)}
+    assert ends == {(2, other.pid)}
+    assert [(e.attempt, e.pid) for e in ledger.events("cancel", job_id)] == [(1, frozen.pid)]
 
 
 def test_a_job_that_keeps_killing_its_worker_ends_failed(

@@ -50,10 +50,19 @@ class Partition:
         self.silent = False
 
     @classmethod
-    def make(cls) -> Partition:
-        """A namespace with its link up, or `pytest.skip` saying what is missing."""
+    def make(cls, *, name: str = "part", second: int = 251) -> Partition:
+        """A namespace with its link up, or `pytest.skip` saying what is missing.
+        ``name``: the namespace's (its first letter, the pair's); ``second``: the second
+        octet of the addresses. Tests that may run at once give each other's apart."""
         require_tools()
-        made = cls()
+        pid = os.getpid()
+        block = 4 * (pid % 64)
+        third = 100 + (pid // 64) % 150
+        made = cls(
+            ns=f"asyncq-{name}-{pid}",
+            ifname=f"aq{name[0]}{pid % 100000}",
+            network=f"10.{second}.{third}.{block}/30",
+        )
         made.create_or_skip()
         return made
 

@@ -1,6 +1,7 @@
 """A worker frozen (SIGSTOP) past its lease, then continued (SIGCONT): whatever it does
-late, a success, a failure or a heartbeat, changes nothing. The job has been run again
-elsewhere and keeps the second worker's outcome.
+late, a success or a failure, changes nothing, and a run still going is stopped by its
+self-fence at once. The job has been run again elsewhere and keeps the second worker's
+outcome.
 
 In these tests the frozen worker stops itself (`tests.harness.app.freeze_then` sends SIGSTOP to
 its own process during attempt 1), so the freeze falls at a known point: once
@@ -86,7 +87,7 @@ def test_a_late_outcome_of_a_frozen_worker_changes_nothing(
     assert "Traceback" not in frozen.stderr()
 
 
-def test_a_late_heartbeat_changes_nothing_and_cancels_the_frozen_run(
+def test_a_thawed_worker_stops_its_stale_run_at_once_and_changes_nothing(
     db: psycopg.Connection[Any], workers: Workers, ledger: Ledger
 ) -> None:
     frozen = workers.start(lease=2, env=workers.env(HARNESS_SELF_STOP="1"))
@@ -97,10 +98,11 @@ def test_a_late_heartbeat_changes_nothing_and_cancels_the_frozen_run(
     other = workers.start(lease=2)
     wait_started(ledger, job_id, 20, attempt=2)
 
-    # Continued while the second attempt runs: the frozen worker's task sleeps on, its
-    # heartbeat finds the lease gone, renews nothing and cancels the task.
+    # Continued while the second attempt runs: before its task goes on sleeping and before
+    # its heartbeat runs, the worker's self-fence finds the lease unrenewed for longer than
+    # it may be, cancels the task and gives the attempt up (the heartbeat never sees it).
     frozen.send(signal.SIGCONT)
-    frozen.wait_log("lease lost during attempt 1", 5)
+    frozen.wait_log(f"job {job_id} ({FREEZE_THEN}): lease not renewed for", 5)
     wait_until(lambda: ledger.events("cancel", job_id), 5, "the frozen run to be cancelled")
     running = job_row(db, job_id)
     assert running["status"] == "running"
@@ -116,6 +118,7 @@ def test_a_late_heartbeat_changes_nothing_and_cancels_the_frozen_run(
         ("end", 2, other.pid),
     ]
     assert frozen.alive
+    assert "lease lost" not in frozen.stderr()
     assert "Traceback" not in frozen.stderr()
 
 
@@ -130,8 +133,9 @@ def test_a_thawed_worker_that_claims_its_own_job_again_holds_the_new_attempt(
 
     Once continued, the worker's heartbeat (which would also cancel attempt 1) and its
     claim race. Here the claim comes first: the worker's lease is 8 s, so its heartbeat
-    (every 2 s) is not due when it is continued, and the test expires the lease with SQL
-    while the worker is stopped, as if it had been stopped for longer.
+    (every 2 s) is not due when it is continued, nor its self-fence (6.4 s after the last
+    renewal), and the test expires the lease with SQL while the worker is stopped, as if
+    it had been stopped for longer.
     """
     reaper = workers.start("--queue", "elsewhere", lease=2)  # it reaps, never claims this job
     first = workers.start("--concurrency", "2", lease=8)

@@ -13,8 +13,9 @@ defers once the link is back. Two partitions:
   connection the kernel had not given up yet simply end when the link is back.
 - longer than the lease (25 s, lease 6 s): no call of A waits past its deadline (its
   log shows a failed claim at least every deadline plus a poll and the longest backoff,
-  a failed heartbeat at least every two heartbeat intervals); B's rescuer takes A's
-  jobs back and B does them; once the link is back, A's late outcomes are refused. An
+  a failed heartbeat at least every two heartbeat intervals); A stops the jobs it held
+  (its self-fence, `test_self_fence.py`) before B's rescuer takes them back and B does
+  them. An
   App inside the namespace defers and waits for results through it: its idle
   connection is given up within the TCP user timeout, and no defer outlives its
   deadline.
@@ -115,16 +116,20 @@ def longest_gap(times: list[float], since: float, until: float) -> float:
 
 
 def every_service_kept_trying(
-    worker: WorkerProcess, silent_at: float, back_at: float, heartbeat: float
+    worker: WorkerProcess, silent_at: float, back_at: float, heartbeat: float, held_until: float
 ) -> dict[str, Any]:
     """The claim loop and the heartbeat logged failure after failure while the link was
-    silent: none of their calls waited past its deadline. Their longest silences."""
+    silent (the heartbeat, while the worker held jobs to renew): none of their calls
+    waited past its deadline. Their longest silences."""
     claim_bound = 1 + DEADLINE + BACKOFF_CAP + SLACK  # a poll, a call, a backoff
     heartbeat_bound = 2 * heartbeat + SLACK  # a turn, and a call cut at its interval
     found = {}
-    for what, bound in (("claim failed", claim_bound), ("heartbeat failed", heartbeat_bound)):
-        times = failures(worker, what, silent_at, back_at)
-        gap = longest_gap(times, silent_at, back_at)
+    for what, bound, until in (
+        ("claim failed", claim_bound, back_at),
+        ("heartbeat failed", heartbeat_bound, min(back_at, held_until)),
+    ):
+        times = failures(worker, what, silent_at, until)
+        gap = longest_gap(times, silent_at, until)
         assert times and gap < bound, (what, gap, bound, times, worker.stderr()[-3000:])
         found[what] = {"logged": len(times), "longest_gap_s": round(gap, 2)}
     return found
@@ -255,9 +260,9 @@ def test_a_partition_longer_than_the_lease(
                 "a result after the link is back",
             )
             wait_until(
-                lambda: all(f"job {i}: lease lost" in a.stderr() for i in held),
+                lambda: all(f"job {i} ({WORK}): lease not renewed" in a.stderr() for i in held),
                 30,
-                "A to learn that its jobs were taken back",
+                "A to stop the jobs it could not renew",
             )
             client.send_signal(signal.SIGTERM)
             client.wait(30)
@@ -272,7 +277,9 @@ def test_a_partition_longer_than_the_lease(
             client.wait()
         workers.kill_all()
 
-    kept_trying = every_service_kept_trying(a, silent_at, back_at, lease / 4)
+    # A renews nothing once its self-fence has given up the jobs it held.
+    held_until = max(failures(a, "lease not renewed", silent_at, back_at), default=back_at)
+    kept_trying = every_service_kept_trying(a, silent_at, back_at, lease / 4, held_until)
     probe_end = ended(ledger, probe)
     assert probe_end is not None
     events = [json.loads(line) for line in client_out.read_text().splitlines() if line[:1] == "{"]
@@ -287,6 +294,7 @@ def test_a_partition_longer_than_the_lease(
         "silent_s": round(back_at - silent_at, 2),
         "while_silent": kept_trying,
         "probe_done_after_link_back_s": round(probe_end - back_at, 2),
+        "probe_claim_answered_too_late": f"job {probe} ({WORK}): lease not renewed" in a.stderr(),
         "held_jobs": {i: [(c.attempt, c.pid) for c in history[i]] for i in held},
         "app_idle_connection_dead_after_s": [round(at - silent_at, 2) for at in idle_dead],
         "app_calls_begun_while_silent": len(during),
@@ -302,13 +310,21 @@ def test_a_partition_longer_than_the_lease(
     assert client.returncode == 0, client_out.read_text()[-3000:]
     assert not touched, touched
     assert not workers.tracebacks(), "\n".join(workers.tracebacks())
-    assert probe_end - back_at < RECOVER_WITHIN, figures
-    for job_id in held:  # taken back by B's reaper, done by B, once
+    # A claim of A's sent in the silence and answered once the link was back, more than 0.8
+    # of the lease later, may be the one that took the probe: A cannot tell when the server
+    # ran it, so its self-fence gave the probe up unrun, and it came back after its lease.
+    late_claim = f"job {probe} ({WORK}): lease not renewed" in a.stderr()
+    assert probe_end - back_at < RECOVER_WITHIN + (lease if late_claim else 0), figures
+    for job_id in held:  # stopped by A, then taken back by B's reaper and done by B, once
         row = rows[job_id]
         assert row["status"] == "done" and row["pid"] == b.pid, row
         assert [(c.attempt, c.pid) for c in history[job_id]] == [(1, a.pid), (2, b.pid)]
-        ends = [e for e in ledger[job_id] if e.event == "end" and e.attempt == 2]
-        assert [e.pid for e in ends] == [b.pid], ledger[job_id]
+        assert [(e.event, e.attempt, e.pid) for e in ledger[job_id]] == [
+            ("start", 1, a.pid),
+            ("cancel", 1, a.pid),
+            ("start", 2, b.pid),
+            ("end", 2, b.pid),
+        ], ledger[job_id]
     # The App's idle connection was given up by the kernel within its TCP options ...
     assert idle_dead and idle_dead[0] - silent_at < TCP_GIVES_UP + SLACK, figures
     # ... none of its calls begun in the silence waited past its deadline ...

@@ -38,16 +38,20 @@ class Lost(Observer):
     def __init__(self) -> None:
         self.lost: list[tuple[int, str]] = []
         self.left: list[int] = []
+        self.fenced_after: dict[int, float] = {}
 
     def lease_lost(self, job: Job, why: str) -> None:
         self.lost.append((job.id, why))
+
+    def fenced(self, job: Job, unrenewed: float) -> None:
+        self.fenced_after[job.id] = unrenewed
 
     def left_running(self, jobs: Any) -> None:
         self.left += [j.id for j in jobs]
 
 
 class Harness:
-    def __init__(self, concurrency: int, *tasks: FakeTask) -> None:
+    def __init__(self, concurrency: int, *tasks: FakeTask, lease: float = 30.0) -> None:
         self.tasks = {t.name: t for t in tasks}
         self.outcomes: dict[int, Outcome] = {}
         self.observer = Lost()
@@ -59,6 +63,7 @@ class Harness:
             slots=self.slots,
             submit=self.submitted,
             observer=self.observer,
+            lease=lease,
         )
         self.ended = asyncio.Event()
         self.next_id = 0
@@ -67,10 +72,10 @@ class Harness:
         self.outcomes[outcome.job.id] = outcome
         self.ended.set()
 
-    def hold(self, task: str, **args: Any) -> int:
+    def hold(self, task: str, sent: float | None = None, **args: Any) -> int:
         self.next_id += 1
         self.slots.take(1)
-        self.dispatcher.hold(Job(self.next_id, task, "q", json.dumps(args), 1, 3, 1))
+        self.dispatcher.hold(Job(self.next_id, task, "q", json.dumps(args), 1, 3, 1), sent)
         return self.next_id
 
     async def until(self, predicate: Callable[[], bool]) -> None:
@@ -285,6 +290,7 @@ def test_the_hook_around_an_attempt_is_in_the_task_s_context_and_hears_how_it_en
             slots=h.slots,
             submit=h.submitted,
             observer=around,
+            lease=30.0,
         )
         h.dispatcher.start()
         seen = h.hold("sees")
@@ -312,3 +318,85 @@ def test_an_observer_watches_attempts_only_when_it_defines_the_hook() -> None:
 
     assert not Lost().watches_attempts and Quiet().watches_attempts
     assert Harness(1).dispatcher._watched is False
+
+
+# -- the self-fence ------------------------------------------------------------------------
+
+
+def test_an_attempt_whose_lease_is_not_renewed_is_stopped_before_the_lease_ends() -> None:
+    # Lease 0.5 s: unrenewed, the attempt is stopped 0.4 s after its claim was sent, and
+    # nothing is written for it; the runner goes on with the next job.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopped: list[float] = []
+        stop_seen = asyncio.Event()
+
+        async def long() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                stopped.append(loop.time())
+                stop_seen.set()
+                raise
+
+        async def quick() -> None:
+            pass
+
+        h = Harness(1, FakeTask("long", long), FakeTask("quick", quick), lease=0.5)
+        h.dispatcher.start()
+        sent = loop.time()
+        long_id = h.hold("long", sent)
+        async with asyncio.timeout(5):
+            await stop_seen.wait()
+        quick_id = h.hold("quick")
+        await h.until(lambda: quick_id in h.outcomes)
+        assert long_id not in h.outcomes and long_id not in h.dispatcher.held
+        assert 0.4 <= stopped[0] - sent < 0.45, stopped[0] - sent
+        assert list(h.observer.fenced_after) == [long_id]
+        assert 0.4 <= h.observer.fenced_after[long_id] < 0.45
+        assert h.observer.lost == []  # given up by the fence, not found lost by the heartbeat
+        assert h.outcomes[quick_id].kind is Kind.DONE
+
+    run(main)
+
+
+def test_each_renewal_moves_the_fence_and_a_claim_sent_long_ago_never_starts() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+
+        async def renewed() -> str:
+            await asyncio.sleep(0.8)  # twice the fence: renewed every 0.1 s, it ends
+            return "renewed"
+
+        async def late() -> None:
+            ran.append("late")
+
+        h = Harness(2, FakeTask("renewed", renewed), FakeTask("late", late), lease=0.5)
+        h.dispatcher.start()
+        kept = h.hold("renewed")
+        stale = h.hold("late", loop.time() - 0.45)  # its claim was sent 0.45 s ago
+        attempt = h.dispatcher.held[kept]
+        while kept not in h.outcomes:
+            h.dispatcher.renewed(attempt, loop.time())
+            await asyncio.sleep(0.1)
+        assert h.outcomes[kept].result == '"renewed"'
+        assert stale not in h.outcomes and ran == []  # stopped before it started
+        assert list(h.observer.fenced_after) == [stale]
+
+    run(main)
+
+
+def test_an_ended_attempt_waiting_for_its_write_is_left_to_the_fence_on_the_write() -> None:
+    async def main() -> None:
+        async def quick() -> int:
+            return 1
+
+        h = Harness(1, FakeTask("quick", quick), lease=0.5)
+        h.dispatcher.start()
+        done = h.hold("quick")
+        await h.until(lambda: done in h.outcomes)
+        await asyncio.sleep(0.5)  # past the fence: its outcome is not written yet
+        assert done in h.dispatcher.held and not h.observer.fenced_after
+
+    run(main)

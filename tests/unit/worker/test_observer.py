@@ -26,9 +26,10 @@ def test_counts_make_the_worker_stats() -> None:
     ]:
         both.finished(Outcome(JOB, kind), status)
     both.lease_lost(JOB, "reaped")
+    both.fenced(JOB, 4.8)
     stats = counts.stats("w", left_running=1)
     assert (stats.claimed, stats.done, stats.failed_attempts, stats.released) == (2, 1, 2, 1)
-    assert (stats.snoozed, stats.lost, stats.left_running) == (1, 1, 1)
+    assert (stats.snoozed, stats.lost, stats.left_running, stats.fenced) == (1, 2, 1, 1)
 
 
 def test_log_lines_carry_an_action_and_never_the_arguments(
@@ -40,14 +41,26 @@ def test_log_lines_carry_an_action_and_never_the_arguments(
         log.finished(Outcome(JOB, Kind.RETRY, error="ValueError: no\nTraceback", delay=2), "queued")
         log.finished(Outcome(JOB, Kind.FAIL, error="Discard: gone"), "failed")
         log.lease_lost(JOB, "reaped or claimed elsewhere")
+        log.fenced(JOB, 4.83)
         log.service_failed("listener", TimeoutError(), 1.5)
     actions = [getattr(r, "action", None) for r in caplog.records]
     # A job done is logged at DEBUG only (at INFO a busy worker would log every job).
-    assert actions == ["job_done", "job_retry", "job_failed", "lease_lost", "listener_failed"]
+    assert actions == [
+        "job_done",
+        "job_retry",
+        "job_failed",
+        "lease_lost",
+        "lease_fenced",
+        "listener_failed",
+    ]
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "hunter2" not in text and "Traceback" not in text
     assert "job 3 (t.send) attempt 2 of 3 failed, retrying in 2.0s: ValueError: no" in text
     assert "listener connection lost (TimeoutError); trying again in 1.5s" in text
+    assert (
+        "job 3 (t.send): lease not renewed for 4.8s: stopping attempt 2 before another worker"
+        " may take the job" in text
+    )
 
 
 def test_a_result_not_stored_is_a_warning_that_names_the_task_and_the_reason(
@@ -86,3 +99,15 @@ def test_observers_watch_attempts_only_through_those_that_do() -> None:
     assert ended is not None
     ended(Outcome(JOB, Kind.DONE), None, None)
     assert calls == ["a starts", "b starts", "b ends", "a ends"]
+
+
+def test_the_metrics_count_an_attempt_stopped_by_the_self_fence_as_a_lease_lost_too() -> None:
+    pytest.importorskip("prometheus_client")
+    from asyncq.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    metrics.fenced(JOB, 4.8)
+    metrics.lease_lost(JOB, "reaped")
+    value = metrics.registry.get_sample_value
+    assert value("asyncq_attempts_fenced_total") == 1
+    assert value("asyncq_leases_lost_total") == 2
