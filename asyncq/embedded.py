@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -39,6 +41,7 @@ def start() -> str:
         ) from None
     directory = data_directory()
     directory.parent.mkdir(parents=True, exist_ok=True)
+    _stop_if_orphaned(directory)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -54,3 +57,36 @@ def start() -> str:
         extra={"action": "embedded_database", "directory": str(directory)},
     )
     return dsn
+
+
+def running_from_deleted_files(pid: int) -> bool:
+    """Whether process ``pid`` runs a program whose file is gone (Linux: its
+    ``/proc/<pid>/exe`` reads "... (deleted)"); False when that cannot be told."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").endswith(" (deleted)")
+    except OSError:
+        return False
+
+
+def _stop_if_orphaned(directory: Path) -> None:
+    """Stop a server left running in ``directory`` from an installation since deleted (a
+    virtualenv removed or rebuilt): its binaries are gone, so it cannot load what it
+    loads on demand (``plpgsql``, for one), and every migration would fail on it."""
+    try:
+        pid = int((directory / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if not running_from_deleted_files(pid):
+        return
+    logger.warning(
+        "the embedded PostgreSQL in %s runs from files since deleted: stopping it",
+        directory,
+        extra={"action": "embedded_database_orphaned", "directory": str(directory)},
+    )
+    try:
+        os.kill(pid, signal.SIGINT)  # a fast shutdown
+    except OSError:
+        return
+    deadline = time.monotonic() + 30
+    while (directory / "postmaster.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
