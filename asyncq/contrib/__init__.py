@@ -1,0 +1,1 @@
+"""asyncq with other libraries: each module imports its library only when used."""
