@@ -17,7 +17,7 @@ from asyncq.display import age
 from asyncq.display import since as since_then
 from asyncq.job import Status
 from asyncq.schedule import Cron, Schedule
-from asyncq.store import Conn, Store
+from asyncq.store import Conn, Store, SyncConn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -326,7 +326,16 @@ async def jobs(
 async def job(conn: Conn, store: Store, job_id: int) -> JobDetail | None:
     """One job in full; None when there is no such job."""
     [wanted] = job_ids([job_id])
-    row = await store.job_detail(conn, job_id=wanted)
+    return _detail(await store.job_detail(conn, job_id=wanted))
+
+
+def job_sync(conn: SyncConn, store: Store, job_id: int) -> JobDetail | None:
+    """`job` on a synchronous connection (the Django backend's, `asyncq.contrib.django`)."""
+    [wanted] = job_ids([job_id])
+    return _detail(store.job_detail_sync(conn, job_id=wanted))
+
+
+def _detail(row: tuple[Any, ...] | None) -> JobDetail | None:
     if row is None:
         return None
     values = dict(zip([f.name for f in fields(JobDetail)], row, strict=True))

@@ -485,6 +485,10 @@ class Store:
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:
         return await (await conn.execute(self.q["job_detail"], {"id": job_id})).fetchone()
 
+    def job_detail_sync(self, conn: SyncConn, *, job_id: int) -> tuple[Any, ...] | None:
+        """`job_detail` on a synchronous connection."""
+        return conn.execute(self.q["job_detail"], {"id": job_id}).fetchone()
+
     async def queue_overview(self, conn: Conn) -> list[tuple[Any, ...]]:
         return await (await conn.execute(self.q["queue_overview"])).fetchall()
 
