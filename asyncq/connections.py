@@ -3,7 +3,8 @@
 A psycopg 3 connection is used as it is (an ``AsyncConnection`` for ``defer``, a
 ``Connection`` for ``defer_sync``). Anything else is looked up by where its type comes
 from: a SQLAlchemy session or connection is unwrapped to the psycopg connection under
-it (`asyncq.contrib.sqlalchemy`).
+it (`asyncq.contrib.sqlalchemy`), and so is a Django connection (``django.db.connection``,
+``connections[alias]``: `asyncq.contrib.django`), for ``defer_sync``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ async def async_connection(conn: Any) -> psycopg.AsyncConnection[Any]:
         from asyncq.contrib import sqlalchemy
 
         return await sqlalchemy.async_connection(conn)
+    if type(conn).__module__.startswith("django."):
+        raise TypeError(
+            "conn is a Django connection, which is synchronous: defer on it with"
+            " task.options(conn=...).defer_sync(...)"
+        )
     if isinstance(conn, psycopg.Connection):
         raise TypeError(
             "conn is a synchronous psycopg Connection: defer on it with"
@@ -43,6 +49,10 @@ def sync_connection(conn: Any) -> psycopg.Connection[Any]:
         from asyncq.contrib import sqlalchemy
 
         return sqlalchemy.sync_connection(conn)
+    if type(conn).__module__.startswith("django."):
+        from asyncq.contrib.django import db
+
+        return db.psycopg_connection(conn)
     if isinstance(conn, psycopg.AsyncConnection):
         raise TypeError(
             "conn is a psycopg AsyncConnection: defer on it with"
