@@ -312,3 +312,51 @@ def test_the_runner_closes_its_threads_old_connections(shop: ModuleType, django_
         reset_current_job(token)
     assert returned == {"order": placed.pk, "thread": "MainThread"}
     assert connection.connection is None
+
+
+def test_the_runner_sends_djangos_signals(shop: ModuleType, django_db: Any) -> None:
+    """``task_started`` and ``task_finished``, with the attempt's result: READY after a
+    failed attempt that will be retried, FAILED after the last one."""
+    from django.tasks.signals import task_finished, task_started
+
+    from asyncq.contrib.django import runner
+    from asyncq.job import JobContext, reset_current_job, set_current_job
+
+    seen: list[tuple[str, str, int, list[str]]] = []
+
+    def started(sender: type, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("started", task_result.status, task_result.attempts, []))
+
+    def finished(sender: type, task_result: Any, **kwargs: Any) -> None:
+        paths = [e.exception_class_path for e in task_result.errors]
+        seen.append(("finished", task_result.status, task_result.attempts, paths))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        for attempt in (1, 2):
+            token = set_current_job(
+                JobContext(
+                    id=9,
+                    task_name=runner.SYNC_TASK,
+                    queue="default",
+                    attempt=attempt,
+                    max_attempts=2,
+                    worker="w",
+                )
+            )
+            try:
+                with pytest.raises(shop.PaymentDeclined):
+                    runner.run(shop.decline.module_path, [1], {}, "default", "default", 0)
+            finally:
+                reset_current_job(token)
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    declined = "tests.django.project.shop.tasks.PaymentDeclined"
+    assert seen == [
+        ("started", "RUNNING", 1, []),
+        ("finished", "READY", 1, [declined]),
+        ("started", "RUNNING", 2, []),
+        ("finished", "FAILED", 2, [declined]),
+    ]
