@@ -3,13 +3,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+DJANGO_PYTHON ?= python3.12
+DJANGO_VENV ?= .venv-django
 PATHS := asyncq tests examples
 
-.PHONY: help install test lint fmt typecheck check example docs ci clean
+.PHONY: help install test test-django lint fmt typecheck check example docs ci clean
 
 help:
 	@echo "make install    virtualenv in $(VENV) with asyncq[embedded,test], editable"
 	@echo "make test       pytest (ASYNCQ_TEST_DSN=... to use your own PostgreSQL)"
+	@echo "make test-django  tests/django in $(DJANGO_VENV) (Python 3.12+: DJANGO_PYTHON=...)"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make fmt        ruff format and ruff check --fix"
 	@echo "make typecheck  mypy --strict"
@@ -24,6 +27,13 @@ install:
 
 test:
 	$(BIN)/pytest
+
+# Django 6 needs Python 3.12+: asyncq.contrib.django is tested in a virtualenv of its own.
+test-django:
+	test -x $(DJANGO_VENV)/bin/pytest || ($(DJANGO_PYTHON) -m venv $(DJANGO_VENV) \
+		&& $(DJANGO_VENV)/bin/pip install -e '.[django,test]' django-stubs)
+	$(DJANGO_VENV)/bin/mypy -p asyncq.contrib.django
+	$(DJANGO_VENV)/bin/pytest tests/django tests/unit/test_contrib_django.py
 
 lint:
 	$(BIN)/ruff check $(PATHS)
@@ -49,4 +59,4 @@ ci:
 	bash .ci/run
 
 clean:
-	rm -rf .ci-venv .mypy_cache .ruff_cache .pytest_cache build dist site
+	rm -rf .ci-venv .ci-venv-django .mypy_cache .ruff_cache .pytest_cache build dist site
