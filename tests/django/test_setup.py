@@ -124,3 +124,13 @@ def test_the_app_needs_djangos_settings() -> None:
         "asyncq: error: asyncq.contrib.django:app needs Django's settings:"
         " set DJANGO_SETTINGS_MODULE"
     )
+
+
+def test_djangos_test_runner_gets_asyncqs_tables_in_its_test_database(django_dsn: str) -> None:
+    """``manage.py test`` migrates a test database of its own: asyncq's migration makes
+    the tables there (not in the database it was configured with)."""
+    from tests.django.conftest import run_worker
+
+    done = run_worker("django", "test", "tests.django.project.shop", "-v", "2", "--noinput")
+    assert "Applying asyncq.0001_asyncq_tables... OK" in done.stdout
+    assert "Ran 2 tests" in done.stderr and "OK" in done.stderr
