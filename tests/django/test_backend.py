@@ -133,7 +133,12 @@ def test_unknown_ids_do_not_exist(shop: ModuleType, django_db: Any) -> None:
     [(other,)] = django_db.execute(
         "INSERT INTO asyncq_jobs (task_name) VALUES ('billing.charge') RETURNING id"
     ).fetchall()
-    for result_id in (str(other), "123456", "abc", "0", str(2**63)):
+    # Nor is a job of the runner's task that enqueue did not write.
+    [(by_hand,)] = django_db.execute(
+        "INSERT INTO asyncq_jobs (task_name, args) VALUES ('django.tasks', '{\"x\": 1}')"
+        " RETURNING id"
+    ).fetchall()
+    for result_id in (str(other), str(by_hand), "123456", "abc", "0", str(2**63)):
         with pytest.raises(TaskResultDoesNotExist):
             default_task_backend.get_result(result_id)
 

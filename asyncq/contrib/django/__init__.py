@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     app: App
 
-__all__ = ["AsyncqBackend", "app"]
+__all__ = ["AsyncqBackend"]  # not app: reading it sets Django up
 
 
 def __getattr__(name: str) -> Any:

@@ -29,6 +29,8 @@ from asyncq.task import Task as AsyncqTask
 APP_NAME = "asyncq.contrib.django"
 OPTIONS = ("database", "schema", "dsn", "max_attempts", "queue_map", "app_options")
 DEFAULT_MAX_ATTEMPTS = 3
+# What enqueue stores in a job's args, beside args, kwargs, run_after and enqueued_at.
+_STORED = frozenset({"task", "backend", "queue_name", "priority"})
 _STATUSES = {
     "queued": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
@@ -209,7 +211,12 @@ class AsyncqBackend(BaseTaskBackend):
         wrapper = connections[self.database]
         with wrapper.wrap_database_errors:
             detail = admin.job_sync(db.psycopg_connection(wrapper), self._writer.store, job_id)
-        if detail is None or detail.task_name not in runner.TASK_NAMES:
+        if (
+            detail is None
+            or detail.task_name not in runner.TASK_NAMES
+            or not isinstance(detail.args, dict)
+            or not detail.args.keys() >= _STORED
+        ):  # no job, or not one that enqueue wrote
             raise TaskResultDoesNotExist(result_id)
         return task_result(detail)
 
@@ -248,7 +255,7 @@ def task_result(detail: JobDetail) -> TaskResult[Any, Any]:
     last. ``started_at`` and ``last_attempted_at``: when the latest attempt was claimed,
     moved on by each renewal of its lease while it ran (``locked_at``). ``worker_ids``:
     one per attempt, the latest's worker last (see `runner.worker_ids`)."""
-    stored = detail.args if isinstance(detail.args, dict) else {}
+    stored = detail.args
     django_task = runner.resolve(
         stored["task"],
         stored["backend"],
