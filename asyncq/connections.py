@@ -15,7 +15,9 @@ import psycopg
 
 
 def _refused(conn: object, wanted: str) -> TypeError:
-    return TypeError(f"conn must be {wanted}, not {type(conn).__module__}.{type(conn).__qualname__}")
+    return TypeError(
+        f"conn must be {wanted}, not {type(conn).__module__}.{type(conn).__qualname__}"
+    )
 
 
 def _from_sqlalchemy(conn: object) -> bool:

@@ -106,6 +106,10 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
+def _threads(value: Any, name: str) -> int | None:
+    return None if value is None else _int(1, 10_000)(value, name)
+
+
 def _port(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 65_535)(value, name)
 
@@ -137,6 +141,13 @@ class WorkerSettings:
     )
     concurrency: int = option(
         10, _int(1, 100_000), "-c", "--concurrency", metavar="N", help="jobs run at once"
+    )
+    threads: int | None = option(
+        None,
+        _threads,
+        "--threads",
+        metavar="N",
+        help="threads for tasks that are plain def functions (default: the concurrency)",
     )
     batch_size: int | None = option(
         None,
@@ -214,6 +225,8 @@ class WorkerSettings:
                 object.__setattr__(self, f.name, spec.check(getattr(self, f.name), f.name))
         if self.batch_size is None:
             object.__setattr__(self, "batch_size", min(self.concurrency, 100))
+        if self.threads is None:
+            object.__setattr__(self, "threads", min(self.concurrency, 10_000))
 
     @property
     def batch(self) -> int:
@@ -225,6 +238,7 @@ class WorkerOptions(TypedDict, total=False):
     """``App.run_worker``'s keyword arguments: the options of `WorkerSettings`."""
 
     concurrency: int
+    threads: int | None
     batch_size: int | None
     lease: float
     grace: float

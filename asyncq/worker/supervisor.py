@@ -55,6 +55,7 @@ from asyncq.worker.producer import Producer
 from asyncq.worker.services import Service
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
+from asyncq.worker.threads import Threads
 from asyncq.worker.wakeup import DueTimes, Wakeup
 
 logger = logging.getLogger("asyncq.worker")
@@ -127,6 +128,8 @@ class Worker:
         observer = self.observer
         slots = Slots(settings.concurrency)
         wakeup = Wakeup()
+        assert settings.threads is not None
+        threads = Threads(settings.threads)
 
         def written(job: Job) -> None:
             slots.written()
@@ -143,7 +146,9 @@ class Worker:
         dispatcher = Dispatcher(
             concurrency=settings.concurrency,
             tasks=self.tasks,
-            executor=Executor(tasks=self.tasks, worker=self.id, middleware=self.middleware),
+            executor=Executor(
+                tasks=self.tasks, worker=self.id, threads=threads, middleware=self.middleware
+            ),
             slots=slots,
             submit=completer.submit,
             observer=observer,
@@ -273,6 +278,7 @@ class Worker:
                             await completer.finish()
                     running.cancel_scope.cancel()
         finally:
+            threads.close()
             if restore:
                 restore()
             with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
