@@ -94,9 +94,7 @@ async def test_the_threads_option_bounds_how_many_def_tasks_run_at_once(
     assert gauge.most == 3
 
 
-async def test_a_blocking_def_task_leaves_the_event_loop_free(
-    app: asyncq.App, drain: Any
-) -> None:
+async def test_a_blocking_def_task_leaves_the_event_loop_free(app: asyncq.App, drain: Any) -> None:
     order: list[str] = []
     release = threading.Event()
 
@@ -264,14 +262,13 @@ async def test_defer_sync_refuses_bad_input_and_writes_nothing(
 
     with pytest.raises(TypeError, match="JSON"):
         strict.defer_sync(object())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="sync.strict"):
+    with pytest.raises(TypeError, match=r"sync\.strict"):
         strict.defer_sync(1, 2)  # type: ignore[call-arg]
     async with await psycopg.AsyncConnection.connect(dsn) as aconn:
         with pytest.raises(TypeError, match="AsyncConnection"):
             strict.options(conn=aconn).defer_sync(1)
-    with psycopg.connect(dsn) as conn:
-        with pytest.raises(TypeError, match="defer_sync"):
-            await strict.options(conn=conn).defer(1)
+    with psycopg.connect(dsn) as conn, pytest.raises(TypeError, match="defer_sync"):
+        await strict.options(conn=conn).defer(1)
     with pytest.raises(TypeError, match="psycopg Connection"):
         strict.options(conn="postgresql://nowhere").defer_sync(1)
     assert db.execute("SELECT count(*) FROM asyncq_jobs").fetchone() == (0,)

@@ -17,10 +17,10 @@ from asyncq.job import Job
 from asyncq.worker import dispatch
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.executor import Executor
-from asyncq.worker.threads import Threads
 from asyncq.worker.observer import AttemptEnded, Observer
 from asyncq.worker.outcomes import Kind, Outcome, Stop
 from asyncq.worker.slots import Slots
+from asyncq.worker.threads import Threads
 
 
 class FakeTask:
