@@ -2,8 +2,9 @@
 
 A psycopg 3 connection is used as it is (an ``AsyncConnection`` for ``defer``, a
 ``Connection`` for ``defer_sync``). Anything else is looked up by where its type comes
-from: a SQLAlchemy session or connection is unwrapped to the psycopg connection under
-it (`asyncq.contrib.sqlalchemy`), and so is a Django connection (``django.db.connection``,
+from: a SQLAlchemy session or connection (or an instance of a subclass, such as
+SQLModel's sessions) is unwrapped to the psycopg connection under it
+(`asyncq.contrib.sqlalchemy`), and so is a Django connection (``django.db.connection``,
 ``connections[alias]``: `asyncq.contrib.django`), for ``defer_sync``.
 """
 
@@ -20,15 +21,24 @@ def _refused(conn: object, wanted: str) -> TypeError:
     )
 
 
+def _from_sqlalchemy(conn: object) -> bool:
+    return any(c.__module__.startswith("sqlalchemy.") for c in type(conn).__mro__)
+
+
+def _from_django(conn: object) -> bool:
+    # A database backend of another package (django-prometheus's, say) subclasses Django's.
+    return any(c.__module__.startswith("django.") for c in type(conn).__mro__)
+
+
 async def async_connection(conn: Any) -> psycopg.AsyncConnection[Any]:
     """The psycopg ``AsyncConnection`` that ``defer`` writes on for ``conn``."""
     if isinstance(conn, psycopg.AsyncConnection):
         return conn
-    if type(conn).__module__.startswith("sqlalchemy."):
+    if _from_sqlalchemy(conn):
         from asyncq.contrib import sqlalchemy
 
         return await sqlalchemy.async_connection(conn)
-    if type(conn).__module__.startswith("django."):
+    if _from_django(conn):
         raise TypeError(
             "conn is a Django connection, which is synchronous: defer on it with"
             " task.options(conn=...).defer_sync(...)"
@@ -45,11 +55,11 @@ def sync_connection(conn: Any) -> psycopg.Connection[Any]:
     """The psycopg ``Connection`` that ``defer_sync`` writes on for ``conn``."""
     if isinstance(conn, psycopg.Connection):
         return conn
-    if type(conn).__module__.startswith("sqlalchemy."):
+    if _from_sqlalchemy(conn):
         from asyncq.contrib import sqlalchemy
 
         return sqlalchemy.sync_connection(conn)
-    if type(conn).__module__.startswith("django."):
+    if _from_django(conn):
         from asyncq.contrib.django import db
 
         return db.psycopg_connection(conn)
@@ -58,4 +68,4 @@ def sync_connection(conn: Any) -> psycopg.Connection[Any]:
             "conn is a psycopg AsyncConnection: defer on it with"
             " await task.options(conn=...).defer(...), or pass a Connection"
         )
-    raise _refused(conn, "a psycopg Connection (or a SQLAlchemy Session)")
+    raise _refused(conn, "a psycopg Connection (or a SQLAlchemy Session, a Django connection)")

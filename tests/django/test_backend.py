@@ -165,6 +165,22 @@ def test_a_plain_asyncq_task_defers_on_djangos_connection(django_db: Any) -> Non
         (job_id, "billing.charge", {"order_id": 2})
     ]
 
+    # A database backend of another package subclasses Django's: its connections are
+    # Django connections too.
+    from django.db import connections
+
+    class Wrapper(type(connections["default"])):
+        pass
+
+    other = Wrapper(connections["default"].settings_dict, alias="wrapped")
+    try:
+        third = charge.options(conn=other).defer_sync(3)
+    finally:
+        other.close()
+    assert [row[0] for row in jobs(django_db)] == [job_id, third]
+    with pytest.raises(TypeError, match="Django connection, which is synchronous"):
+        asyncio.run(charge.options(conn=connection).defer(4))
+
 
 # -- workers -----------------------------------------------------------------------------
 
