@@ -106,6 +106,10 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
+def _prefetch(value: Any, name: str) -> int | None:
+    return None if value is None else _int(0, 10_000)(value, name)
+
+
 def _threads(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
@@ -155,6 +159,14 @@ class WorkerSettings:
         "--batch-size",
         metavar="N",
         help="most jobs claimed by one query (default: the concurrency, at most 100)",
+    )
+    prefetch: int | None = option(
+        None,
+        _prefetch,
+        "--prefetch",
+        metavar="N",
+        help="while jobs are short (under 50 ms), claim up to N more than the concurrency,"
+        " to wait for a free slot (default: half a batch; 0: never)",
     )
     lease: float = option(
         30.0,
@@ -225,6 +237,8 @@ class WorkerSettings:
                 object.__setattr__(self, f.name, spec.check(getattr(self, f.name), f.name))
         if self.batch_size is None:
             object.__setattr__(self, "batch_size", min(self.concurrency, 100))
+        if self.prefetch is None:
+            object.__setattr__(self, "prefetch", min(self.batch, self.concurrency) // 2)
         if self.threads is None:
             object.__setattr__(self, "threads", min(self.concurrency, 10_000))
 
@@ -240,6 +254,7 @@ class WorkerOptions(TypedDict, total=False):
     concurrency: int
     threads: int | None
     batch_size: int | None
+    prefetch: int | None
     lease: float
     grace: float
     poll_interval: float
