@@ -146,6 +146,11 @@ class AsyncqSystem(System):
         return [Point(c, b) for c in (10, 50, 100, 200) for b in (10, 50, 100) if b <= c]
 
     @staticmethod
+    def default_point() -> Point:
+        # run_worker()'s defaults: concurrency 10, batch_size the concurrency.
+        return Point(10, 10)
+
+    @staticmethod
     def latency_point() -> Point:
         return Point(10, 10)
 
