@@ -589,6 +589,11 @@ def render(results: dict[str, Any]) -> str:
             ],
         )
     )
+    if results.get("shape"):
+        from benchmarks import shape
+
+        if "rows" in results["shape"]:
+            parts.append(shape.render(results["shape"], durability=not results.get("redis")))
 
     history = results.get("history")
     if history and "cases" in history:

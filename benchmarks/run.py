@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baseline, history, measure, memory, profile, redisdb, report
+from benchmarks import baseline, history, measure, memory, profile, redisdb, report, shape
 from benchmarks.common import (
     ROOT,
     describe,
@@ -41,13 +41,15 @@ from benchmarks.common import (
 )
 from benchmarks.systems import ORDER, Point, System, load
 
-PARTS = ("throughput", "latency", "enqueue", "history", "memory")
+PARTS = ("throughput", "latency", "enqueue", "history", "memory", "shape")
 REQUIRES = {
     "procrastinate": ("procrastinate",),
     "pgqueuer": ("pgqueuer", "asyncpg"),
     "saq": ("saq", "psycopg_pool"),
     "arq": ("arq", "redis"),
 }
+# Names --only also takes: the bare Redis list loop, measured in the shape part only.
+SHAPE_ONLY = ("redis",)
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -65,14 +67,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--redis",
-        help="the Redis of arq, with a database number of its own (default:"
-        f" $ASYNCQ_BENCH_REDIS, else {redisdb.DEFAULT_URL}); only arq's keys are deleted",
+        help="the Redis of arq and of the shape part's list loop, with a database number of"
+        f" their own (default: $ASYNCQ_BENCH_REDIS, else {redisdb.DEFAULT_URL}); only their own"
+        " keys are deleted",
     )
     parser.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
     parser.add_argument(
         "--only",
-        default=",".join(ORDER),
-        help=f"systems to run, comma-separated (default: {','.join(ORDER)})",
+        default=",".join(ORDER + list(SHAPE_ONLY)),
+        help="systems to run, comma-separated (default:"
+        f" {','.join(ORDER + list(SHAPE_ONLY))}; redis is the shape part's bare Redis loop)",
     )
     parser.add_argument(
         "--baseline",
@@ -83,7 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--parts",
-        help=f"what to measure, comma-separated, of: {','.join(PARTS)} (default: all but memory)",
+        help=f"what to measure, comma-separated, of: {','.join(PARTS)} (default: all but memory;"
+        " quick: all but memory and shape)",
     )
     parser.add_argument("--memory", action="store_true", help="add the memory soak to --parts")
     parser.add_argument("--repeats", type=int, help="runs of everything (default: 3; quick: 1)")
@@ -121,14 +126,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
     names = [s.strip() for s in args.only.split(",") if s.strip()]
     if args.parts is None:
-        args.parts = "throughput,latency,enqueue,history"
+        args.parts = "throughput,latency,enqueue,history" + ("" if quick else ",shape")
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.memory:
         args.parts.add("memory")
     for name in names:
-        if name not in ORDER:
-            parser.error(f"unknown system {name!r} (known: {', '.join(ORDER)})")
-    args.systems = names
+        if name not in ORDER and name not in SHAPE_ONLY:
+            known = ", ".join(ORDER + list(SHAPE_ONLY))
+            parser.error(f"unknown system {name!r} (known: {known})")
+    args.systems = [name for name in names if name in ORDER]
+    args.shape_systems = [name for name in shape.SYSTEMS if name in names]
     args.redis_url = redisdb.resolve(args.redis)
     for part in args.parts:
         if part not in PARTS:
@@ -449,6 +456,20 @@ class Runner:
             self.say(f"round {repeat} of {args.repeats}")
             await self.one_round(repeat)
         names = [s.name for s in self.systems]
+        if "shape" in args.parts and args.shape_systems:
+            self.say(f"shape: {', '.join(args.shape_systems)}")
+            self.results["shape"] = await self.guarded(
+                "shape",
+                lambda: shape.run(
+                    shape.Options.of(args, self.admin_dsn, args.redis_url),
+                    args.shape_systems,
+                    log_dir=self.log_dir,
+                    say=self.say,
+                ),
+            )
+            if {"arq", "redis"} & set(args.shape_systems) and "rows" in self.results["shape"]:
+                with contextlib.suppress(Exception):
+                    self.results["shape"]["redis"] = await redisdb.facts(args.redis_url)
         if "history" in args.parts and "asyncq" in names:
             self.say(f"claim cost against {args.history_rows:,} finished rows")
             self.results["history"] = await self.guarded(
@@ -553,6 +574,9 @@ async def main(args: argparse.Namespace) -> int:
         print()
         print(profile.render(results["profile"]))
     why_not = report.chart(results, args.out / "throughput.png")
+    if "rows" in results.get("shape", {}):
+        shape_why_not = shape.chart(results["shape"], args.out / "shape.png")
+        print(f"shape chart: {shape_why_not or args.out / 'shape.png'}")
     paths = report.write_json(results, args.out, stamp)
     print()
     print(f"results: {paths[0]} (and {paths[1].name})")

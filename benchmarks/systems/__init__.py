@@ -9,6 +9,8 @@ Peer libraries are imported lazily, so ``--only asyncq,sql`` runs without them.
 ``baseline`` is asyncq at another commit, added by ``--baseline REF`` (not by ``--only``).
 ``arq`` keeps its jobs in Redis, not PostgreSQL (``uses_postgres = False``); ``oban``
 runs its workers and its enqueues under a Python 3.12 of its own (``interpreter``).
+``redis`` is the bare Redis list loop of the shape benchmark (benchmarks/shape.py) and
+has no `System` of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ MODULES = {
     "oban": "benchmarks.systems.oban_system",
     "saq": "benchmarks.systems.saq_system",
     "arq": "benchmarks.systems.arq_system",
+    "redis": "benchmarks.systems.redis_list_system",
 }
 ORDER = ["asyncq", "procrastinate", "pgqueuer", "oban", "saq", "arq", "sql"]
 
