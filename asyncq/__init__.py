@@ -23,7 +23,7 @@ from asyncq.errors import (
 from asyncq.job import JobContext, Status, current_job
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
-from asyncq.task import Deferrer, Task
+from asyncq.task import Deferrer, SyncTask, Task
 from asyncq.worker.executor import Middleware
 from asyncq.worker.observer import WorkerStats
 
@@ -56,6 +56,7 @@ __all__ = [
     "SchemaNotMigrated",
     "Snooze",
     "Status",
+    "SyncTask",
     "Task",
     "TaskArgumentsMismatch",
     "TaskNotFound",

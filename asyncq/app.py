@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
 import secrets
 import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 import anyio
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from asyncq import admin, codec, embedded, migrate, pools
 from asyncq.admin import RequeueResult, ScheduleInfo
@@ -27,7 +29,7 @@ from asyncq.results import Results
 from asyncq.retry import Backoff
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Store
-from asyncq.task import Task
+from asyncq.task import SyncTask, Task, TaskDecorator
 from asyncq.worker import settings as worker_settings
 from asyncq.worker.executor import Middleware
 from asyncq.worker.observer import Observer, WorkerStats
@@ -187,11 +189,17 @@ class App:
         self._dsn: str | None = None
         self._tcp = tcp_defaults("")  # less what the DSN sets, once it is resolved
         self._pool: AsyncConnectionPool | None = None
+        self._sync_pool: ConnectionPool | None = None
+        self._sync_lock = threading.Lock()
+        self.writer.sync_pool = self._opened_sync_pool
 
     # -- tasks ------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> SyncTask[P, R]: ...
 
     @overload
     def task(
@@ -209,11 +217,11 @@ class App:
         concurrency: int | None = None,
         rate_limit: str | None = None,
         group_concurrency: int | None = None,
-    ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
-        fn: Callable[P, Awaitable[R]] | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         queue: str = "default",
@@ -226,8 +234,15 @@ class App:
         concurrency: int | None = None,
         rate_limit: str | None = None,
         group_concurrency: int | None = None,
-    ) -> Task[P, R] | Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
-        """Register an ``async def`` as a task. The name defaults to ``module.qualname``.
+    ) -> Any:
+        """Register a function as a task. The name defaults to ``module.qualname``.
+
+        An ``async def`` runs on the worker's event loop; a plain ``def`` becomes a
+        `SyncTask`, run in the worker's thread pool (its ``threads`` option). A thread
+        cannot be stopped from outside: when a ``def`` task's attempt is stopped (its
+        timeout, a cancel, a shutdown's grace over), its outcome is written at once and
+        the function runs on to its own end, its result dropped; it can look at
+        ``current_job().stop_requested`` to return early.
 
         ``retry``: the backoff between attempts; ``retry_on``: only these exceptions are
         retried, any other fails the job at once; ``timeout``: seconds an attempt may run
@@ -243,11 +258,14 @@ class App:
             concurrency=concurrency, rate_limit=rate_limit, group_concurrency=group_concurrency
         )
 
-        def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
             task_name = f"{function.__module__}.{function.__qualname__}" if name is None else name
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            task = Task(
+            if inspect.isasyncgenfunction(function) or not callable(function):
+                raise TypeError(f"@app.task needs a def or an async def, not {function!r}")
+            kind = Task if inspect.iscoroutinefunction(function) else SyncTask
+            task: Task[Any, Any] = kind(
                 self.writer,
                 function,
                 name=task_name,
@@ -272,14 +290,14 @@ class App:
         queue: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
         tz: str = "UTC",
-    ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
-        """Register an ``async def`` as a task (as `task` does, in ``queue``) and schedule
+    ) -> TaskDecorator:
+        """Register a function as a task (as `task` does, in ``queue``) and schedule
         it: every slot of ``cron`` in ``tz`` makes one job with ``kwargs``. ``name`` names
         the task and its schedule (default: the task name)."""
         Cron(cron, tz)  # a bad expression is refused before the task is registered
 
-        def register(function: Callable[P, Awaitable[R]]) -> Task[P, R]:
-            task = self.task(name=name, queue=queue or "default")(function)
+        def register(function: Callable[..., Any]) -> Any:
+            task: Task[Any, Any] = self.task(name=name, queue=queue or "default")(function)
             try:
                 self.schedule(task, cron=cron, kwargs=kwargs, tz=tz)
             except BaseException:
@@ -350,6 +368,7 @@ class App:
         if self._pool is not None:
             raise ConfigurationError("an open App cannot be rebound: close it first")
         _check_schema(schema)
+        self.close_sync()
         self._dsn_argument = dsn
         self.schema = schema
         self.store = Store(schema, traced=self.tracing)
@@ -400,7 +419,7 @@ class App:
             **self._tcp,
         }
 
-    async def _resolve_dsn(self) -> str:
+    def _resolve_dsn_sync(self) -> str:
         if self._dsn_argument:
             logger.info("using PostgreSQL at %s", describe_dsn(self._dsn_argument))
             return self._dsn_argument
@@ -408,7 +427,43 @@ class App:
         if from_env:
             logger.info("using PostgreSQL at %s (from ASYNCQ_DSN)", describe_dsn(from_env))
             return from_env
-        return await anyio.to_thread.run_sync(embedded.start)
+        return embedded.start()
+
+    async def _resolve_dsn(self) -> str:
+        return await anyio.to_thread.run_sync(self._resolve_dsn_sync)
+
+    def _opened_sync_pool(self) -> ConnectionPool:
+        """The synchronous pool that ``defer_sync`` writes on, opened on its first use."""
+        pool = self._sync_pool
+        if pool is not None:
+            return pool
+        with self._sync_lock:
+            if self._sync_pool is None:
+                dsn = self._dsn or self._resolve_dsn_sync()
+                self._tcp = tcp_defaults(dsn)
+                pool = ConnectionPool(
+                    dsn,
+                    min_size=0,
+                    max_size=self.pool_max_size,
+                    kwargs=self.connect_kwargs(role="sync"),
+                    timeout=self.connect_timeout,
+                    # Checked out after idling in a web process for hours: a connection that
+                    # died meanwhile is replaced before the job is written on it.
+                    check=ConnectionPool.check_connection,
+                    open=False,
+                    name="asyncq-sync",
+                )
+                pool.open()
+                self._sync_pool = pool
+            return self._sync_pool
+
+    def close_sync(self) -> None:
+        """Close the synchronous pool of ``defer_sync`` (if it was opened); the next
+        ``defer_sync`` opens it again. `close` closes it too."""
+        with self._sync_lock:
+            pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.close()
 
     async def open(self) -> None:
         """Resolve the DSN and open the pool; raises `DatabaseUnavailable` if it cannot."""
@@ -452,6 +507,8 @@ class App:
         await self.writer.close()
         if pool is not None:
             await pool.close()
+        if self._sync_pool is not None:
+            await anyio.to_thread.run_sync(self.close_sync)
 
     async def __aenter__(self) -> App:
         await self.open()

@@ -228,12 +228,7 @@ class ArgsCodec:
         self, fn: Callable[..., Coroutine[Any, Any, Any]], stored: Any
     ) -> Coroutine[Any, Any, Any]:
         """``fn`` called with ``stored`` arguments; `TaskArgumentsMismatch` if they do not fit."""
-        if not isinstance(stored, dict):
-            raise TaskArgumentsMismatch(
-                "arguments must be a JSON object keyed by parameter name,"
-                f" not {type(stored).__name__}"
-            )
-        if self.keywords_only:
+        if self.keywords_only and isinstance(stored, dict):
             # Calling an async def binds its arguments before any of its body runs, so a
             # TypeError here is about the arguments; this skips a second, slower bind.
             try:
@@ -242,6 +237,17 @@ class ArgsCodec:
                 raise TaskArgumentsMismatch(
                     f"arguments do not fit {fn.__qualname__}: {exc}"
                 ) from None
+        positional, keywords = self.arguments(fn, stored)
+        return fn(*positional, **keywords)
+
+    def arguments(self, fn: Callable[..., Any], stored: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The positional and keyword arguments of a call of ``fn`` with ``stored``
+        arguments, bound (nothing of ``fn`` runs); `TaskArgumentsMismatch` if they do not fit."""
+        if not isinstance(stored, dict):
+            raise TaskArgumentsMismatch(
+                "arguments must be a JSON object keyed by parameter name,"
+                f" not {type(stored).__name__}"
+            )
         positional: list[Any] = []
         keywords = dict(stored)
         # Parameters before *args must be passed by position, in order and without a gap.
@@ -268,4 +274,4 @@ class ArgsCodec:
             self.signature.bind(*positional, **keywords)
         except TypeError as exc:
             raise TaskArgumentsMismatch(f"arguments do not fit {fn.__qualname__}: {exc}") from None
-        return fn(*positional, **keywords)
+        return positional, keywords

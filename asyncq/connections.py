@@ -2,8 +2,9 @@
 
 A psycopg 3 connection is used as it is (an ``AsyncConnection`` for ``defer``, a
 ``Connection`` for ``defer_sync``). Anything else is looked up by where its type comes
-from: a SQLAlchemy session or connection is unwrapped to the psycopg connection under
-it (`asyncq.contrib.sqlalchemy`).
+from: a SQLAlchemy session or connection (or an instance of a subclass, such as
+SQLModel's sessions) is unwrapped to the psycopg connection under it
+(`asyncq.contrib.sqlalchemy`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import psycopg
 
 
 def _refused(conn: object, wanted: str) -> TypeError:
-    return TypeError(f"conn must be {wanted}, not {type(conn).__module__}.{type(conn).__qualname__}")
+    return TypeError(
+        f"conn must be {wanted}, not {type(conn).__module__}.{type(conn).__qualname__}"
+    )
+
+
+def _from_sqlalchemy(conn: object) -> bool:
+    return any(c.__module__.startswith("sqlalchemy.") for c in type(conn).__mro__)
 
 
 async def async_connection(conn: Any) -> psycopg.AsyncConnection[Any]:
     """The psycopg ``AsyncConnection`` that ``defer`` writes on for ``conn``."""
     if isinstance(conn, psycopg.AsyncConnection):
         return conn
-    if type(conn).__module__.startswith("sqlalchemy."):
+    if _from_sqlalchemy(conn):
         from asyncq.contrib import sqlalchemy
 
         return await sqlalchemy.async_connection(conn)
@@ -37,7 +44,7 @@ def sync_connection(conn: Any) -> psycopg.Connection[Any]:
     """The psycopg ``Connection`` that ``defer_sync`` writes on for ``conn``."""
     if isinstance(conn, psycopg.Connection):
         return conn
-    if type(conn).__module__.startswith("sqlalchemy."):
+    if _from_sqlalchemy(conn):
         from asyncq.contrib import sqlalchemy
 
         return sqlalchemy.sync_connection(conn)

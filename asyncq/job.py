@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
@@ -80,6 +81,17 @@ class JobContext:
     """The id of the worker running it (the row's ``locked_by``)."""
     scheduled_at: datetime | None = None
     """The slot of the schedule that made this job (None for a job deferred otherwise)."""
+    stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
+    """Set when the worker stops the attempt of a plain ``def`` task (None otherwise)."""
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the worker has stopped this attempt of a plain ``def`` task (its
+        timeout, a cancel, a lost lease, a shutdown's grace over): the attempt's outcome
+        is already written, and a thread cannot be stopped from outside, so a function
+        that runs long looks at this between steps and returns. Always False in an
+        ``async def`` task, which is cancelled instead."""
+        return self.stop_event is not None and self.stop_event.is_set()
 
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("asyncq_current_job")

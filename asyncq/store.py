@@ -14,13 +14,14 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, NamedTuple
 
-from psycopg import AsyncConnection, errors, sql
+from psycopg import AsyncConnection, Connection, errors, sql
 
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
 from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
+SyncConn = Connection[Any]
 
 
 class NewJob(NamedTuple):
@@ -131,35 +132,22 @@ class Store:
             else {name: _qualified(query, schema) for name, query in QUERIES.items()}
         )
 
+    def _insert_one(self, job: NewJob, unique_key: str | None) -> tuple[str, Any]:
+        """The statement that writes one job, and its parameters."""
+        if job.trace_context is not None or job.group_key is not None:
+            # One job of a group, or with a trace context, as an array of one.
+            query = self.q[_ARRAY_INSERTS[job.group_key is not None, job.trace_context is not None]]
+            return query, {**job._asdict(), "args": f"[{job.args}]", "unique_key": unique_key}
+        if unique_key is not None:
+            return self.q["insert_job"], {**job._asdict(), "unique_key": unique_key}
+        if job.run_at is None and not job.delay:
+            params = (job.task_name, job.queue, job.args, job.priority, job.max_attempts)
+            return self.q["insert_job_now"], params
+        return self.q["insert_job_later"], job._asdict()
+
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
-        if job.trace_context is not None or job.group_key is not None:
-            return await self._insert_array(conn, job, unique_key)
-        if unique_key is None:
-            if job.run_at is None and not job.delay:
-                query = self.q["insert_job_now"]
-                params: Any = (job.task_name, job.queue, job.args, job.priority, job.max_attempts)
-            else:
-                query, params = self.q["insert_job_later"], job._asdict()
-            row = await (await conn.execute(query, params)).fetchone()
-            assert row is not None
-            return int(row[0])
-        return await self._insert_unique(conn, self.q["insert_job"], job._asdict(), unique_key)
-
-    async def _insert_array(self, conn: Conn, job: NewJob, unique_key: str | None) -> int:
-        """One job of a group, or with a trace context, as an array of one."""
-        query = self.q[_ARRAY_INSERTS[job.group_key is not None, job.trace_context is not None]]
-        params = {**job._asdict(), "args": f"[{job.args}]", "unique_key": None}
-        if unique_key is None:
-            row = await (await conn.execute(query, params)).fetchone()
-            assert row is not None
-            return int(row[0])
-        return await self._insert_unique(conn, query, params, unique_key)
-
-    async def _insert_unique(
-        self, conn: Conn, query: str, params: dict[str, Any], unique_key: str
-    ) -> int:
-        params = {**params, "unique_key": unique_key}
+        query, params = self._insert_one(job, unique_key)
         while True:
             row = await (await conn.execute(query, params)).fetchone()
             if row is not None:
@@ -167,6 +155,17 @@ class Store:
             # A live job holds this unique key: return it. If it finished in between, insert again.
             cur = await conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key})
             row = await cur.fetchone()
+            if row is not None:
+                return int(row[0])
+
+    def insert_job_sync(self, conn: SyncConn, job: NewJob, *, unique_key: str | None = None) -> int:
+        """`insert_job` on a synchronous connection."""
+        query, params = self._insert_one(job, unique_key)
+        while True:
+            row = conn.execute(query, params).fetchone()
+            if row is not None:
+                return int(row[0])
+            row = conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key}).fetchone()
             if row is not None:
                 return int(row[0])
 

@@ -1,24 +1,26 @@
-"""Tasks: registered ``async def`` functions, and the jobs they write.
+"""Tasks: registered functions, and the jobs they write.
 
 A `Task` knows its function, its options and a `JobWriter`; it turns a call into a
-`NewJob` (its arguments encoded by `asyncq.codec`) and hands it to the writer.
+`NewJob` (its arguments encoded by `asyncq.codec`) and hands it to the writer. A
+`SyncTask` is a plain ``def``, which workers run in a thread.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from asyncq import codec
+from asyncq import codec, connections
 from asyncq.limits import NO_LIMITS, TaskLimits
 from asyncq.retry import Backoff, seconds
 from asyncq.store import NewJob
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
+    from psycopg import AsyncConnection, Connection
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,10 +48,16 @@ class JobWriter(Protocol):
         """One job per element of ``jobs.args`` (a JSON array), in one statement."""
         ...
 
+    def write_sync(
+        self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
+    ) -> int:
+        """One job from synchronous code: on ``conn`` (else the App's synchronous pool)."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeferOptions:
-    conn: AsyncConnection[Any] | None = None
+    conn: Any = None  # the caller's connection, resolved by `asyncq.connections`
     queue: str
     priority: int = 0
     delay: float = 0.0
@@ -94,10 +102,13 @@ def _check_options(options: DeferOptions) -> DeferOptions:
 class Task(Generic[P, R]):
     """A registered task: ``await task.defer(...)`` queues a job, ``await task(...)`` runs it."""
 
+    blocking = False
+    """Whether workers run it in a thread (a plain ``def``: `SyncTask`)."""
+
     def __init__(
         self,
         writer: JobWriter,
-        fn: Callable[P, Awaitable[R]],
+        fn: Callable[P, Any],
         *,
         name: str,
         queue: str,
@@ -108,8 +119,9 @@ class Task(Generic[P, R]):
         timeout: float | None = None,
         limits: TaskLimits = NO_LIMITS,
     ) -> None:
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@app.task needs an async def function, not {fn!r}")
+        if inspect.iscoroutinefunction(fn) == self.blocking:
+            kind = "a plain def" if self.blocking else "an async def"
+            raise TypeError(f"{type(self).__name__} needs {kind} function, not {fn!r}")
         self.writer = writer
         self.fn = fn
         self.name = codec.validate_name("task", name)
@@ -143,7 +155,8 @@ class Task(Generic[P, R]):
         return f"<Task {self.name} queue={self.queue!r}>"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
-        return self.fn(*args, **kwargs)
+        called: Awaitable[R] = self.fn(*args, **kwargs)
+        return called
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id."""
@@ -155,10 +168,16 @@ class Task(Generic[P, R]):
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
         return await self._deferrer.defer_many(kwargs_list)
 
+    def defer_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Write one job from synchronous code (a Django or Flask view, a script) and
+        return its id: on the App's synchronous pool, opened on first use; with
+        ``options(conn=...)``, on that connection, in its transaction."""
+        return self._deferrer.defer_sync(*args, **kwargs)
+
     def options(
         self,
         *,
-        conn: AsyncConnection[Any] | None = None,
+        conn: Any = None,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
@@ -167,9 +186,14 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         group: str | None = None,
     ) -> Deferrer[P]:
-        """The same task with other options for the jobs it writes. ``group`` names the
-        job's group (a customer, a tenant): with ``group_concurrency``, at most that many
-        jobs of one group run at once."""
+        """The same task with other options for the jobs it writes.
+
+        ``conn``: write the job on the caller's connection, in its transaction: a psycopg
+        ``AsyncConnection`` for ``defer`` and ``defer_many``, a psycopg ``Connection`` for
+        ``defer_sync``, or a SQLAlchemy session or connection with the psycopg driver
+        (`asyncq.contrib.sqlalchemy`). ``group`` names the job's group (a customer, a
+        tenant): with ``group_concurrency``, at most that many jobs of one group run at
+        once."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay or run_at, not both")
         changes: dict[str, Any] = {
@@ -201,6 +225,23 @@ class Task(Generic[P, R]):
         """The coroutine for stored arguments; `TaskArgumentsMismatch` if they do not fit."""
         return self._codec.call(self.fn, stored_args)
 
+    def prepare_stored(self, stored_args: Any) -> Callable[[], Any]:
+        """The call of the function with stored arguments, bound but not made;
+        `TaskArgumentsMismatch` if they do not fit."""
+        positional, keywords = self._codec.arguments(self.fn, stored_args)
+        return functools.partial(self.fn, *positional, **keywords)
+
+
+class SyncTask(Task[P, R]):
+    """A task that is a plain ``def``: workers run it in their thread pool (the worker's
+    ``threads`` option), and ``task(...)`` calls it directly."""
+
+    blocking = True
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:  # type: ignore[override]
+        result: R = self.fn(*args, **kwargs)
+        return result
+
 
 class Deferrer(Generic[P]):
     """A task with fixed options; from `Task.options`."""
@@ -215,7 +256,16 @@ class Deferrer(Generic[P]):
         o = self.opts
         if o.conn is None and o.unique_key is None and o.group is None:
             return await self.task.writer.write(job)
-        return await self.task.writer.write_alone(job, conn=o.conn, unique_key=o.unique_key)
+        conn = None if o.conn is None else await connections.async_connection(o.conn)
+        return await self.task.writer.write_alone(job, conn=conn, unique_key=o.unique_key)
+
+    def defer_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """`defer` from synchronous code: on the App's synchronous pool, or on
+        ``conn`` (a psycopg ``Connection``, a SQLAlchemy ``Session``), in its transaction."""
+        job = self.new_job(self.task.encode(args, kwargs))
+        o = self.opts
+        conn = None if o.conn is None else connections.sync_connection(o.conn)
+        return self.task.writer.write_sync(job, conn=conn, unique_key=o.unique_key)
 
     async def defer_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Write one job per dict of keyword arguments in one round trip; returns their ids."""
@@ -225,7 +275,10 @@ class Deferrer(Generic[P]):
         if not calls:
             return []
         jobs = self.new_job(self.task.encode_many(calls))
-        return await self.task.writer.write_many(jobs, conn=self.opts.conn)
+        conn = (
+            None if self.opts.conn is None else await connections.async_connection(self.opts.conn)
+        )
+        return await self.task.writer.write_many(jobs, conn=conn)
 
     def new_job(self, args: str) -> NewJob:
         """The row to write for encoded ``args``, with these options."""
@@ -233,3 +286,13 @@ class Deferrer(Generic[P]):
         return NewJob(
             self.task.name, o.queue, args, o.priority, o.run_at, o.delay, o.max_attempts, o.group
         )
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` with options returns: it registers the function below it."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> SyncTask[P, R]: ...

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 
 from asyncq.control import Discard
 from asyncq.errors import ConfigurationError
@@ -89,6 +89,14 @@ class TracedWriter(Writer):
     ) -> int:
         with self._deferring(job) as (span, traced):
             job_id = await super().write_alone(traced, conn=conn, unique_key=unique_key)
+            span.set_attribute("messaging.message.id", str(job_id))
+            return job_id
+
+    def write_sync(
+        self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
+    ) -> int:
+        with self._deferring(job) as (span, traced):
+            job_id = super().write_sync(traced, conn=conn, unique_key=unique_key)
             span.set_attribute("messaging.message.id", str(job_id))
             return job_id
 

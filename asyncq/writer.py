@@ -4,17 +4,18 @@ A plain defer goes to the `Inserter` (gathered with concurrent ones, on the App'
 pool); a defer with ``conn=`` writes on the caller's connection, in its transaction; a
 defer with a unique key writes its own row; ``defer_many`` writes its jobs in one
 statement. On the App's pool, each write is a call with a deadline (`asyncq.pools`);
-on the caller's connection, the caller's own.
+on the caller's connection, the caller's own. ``defer_sync`` writes on the caller's
+synchronous connection, else on a synchronous pool of the App's, opened on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg import AsyncConnection, Connection
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from asyncq import pools
 from asyncq.errors import AppNotOpen
@@ -26,10 +27,15 @@ async def _not_open(job: NewJob) -> int:
     raise AppNotOpen()
 
 
+def _no_sync_pool() -> ConnectionPool:
+    raise AppNotOpen()
+
+
 class Writer:
     def __init__(self, store: Store, *, max_args_bytes: int) -> None:
         self.store = store
         self._max_args_bytes = max_args_bytes
+        self.sync_pool: Callable[[], ConnectionPool] = _no_sync_pool
         self._pool: AsyncConnectionPool | None = None
         self._inserter: Inserter | None = None
         self._insert = _not_open
@@ -68,6 +74,15 @@ class Writer:
         deadline = pools.DEADLINE + len(jobs.args) / 1_000_000
         async with pools.connection(self._opened(), deadline) as pooled:
             return await self.store.insert_jobs(pooled, jobs)
+
+    def write_sync(
+        self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
+    ) -> int:
+        if conn is not None:
+            return self.store.insert_job_sync(conn, job, unique_key=unique_key)
+        pool = self.sync_pool()
+        with pool.connection(timeout=pools.DEADLINE) as pooled:
+            return self.store.insert_job_sync(pooled, job, unique_key=unique_key)
 
     def connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A connection of the App's pool, with the pool's deadline (`asyncq.pools`)."""

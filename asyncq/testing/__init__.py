@@ -22,6 +22,7 @@ modes: while `inline` is active for a task's App, they read its inline jobs.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import weakref
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
@@ -38,10 +39,11 @@ from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import WorkerStats
 from asyncq.worker.outcomes import Kind, decide
+from asyncq.worker.threads import Threads
 from asyncq.writer import Writer
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
+    from psycopg import AsyncConnection, Connection
 
     from asyncq.app import App
     from asyncq.store import NewJob
@@ -287,6 +289,8 @@ class InlineQueue:
     max_args_bytes: int
     jobs: list[InlineJob] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    # A plain def task runs in a thread, as on a worker, in the job's context.
+    _threads: Threads = field(default_factory=lambda: Threads(1, name="asyncq-inline"))
 
     def write(self, job: NewJob) -> Awaitable[int]:
         return self._write(job, job.args)
@@ -299,7 +303,24 @@ class InlineQueue:
     async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
         return [await self._write(jobs, codec.to_json(args)) for args in codec.decode(jobs.args)]
 
+    def write_sync(
+        self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
+    ) -> int:
+        # From synchronous code the job runs at once only where no event loop runs (a
+        # script, a thread); under one (a sync function called by async code), it waits
+        # for `drain` or `run_pending`.
+        record = self._record(job, job.args)
+        if self.run and not _loop_running():
+            asyncio.run(self._run(record))
+        return record.id
+
     async def _write(self, job: NewJob, stored_args: str) -> int:
+        record = self._record(job, stored_args)
+        if self.run:
+            await self._run(record)
+        return record.id
+
+    def _record(self, job: NewJob, stored_args: str) -> InlineJob:
         record = InlineJob(
             id=next(self._ids),
             task_name=job.task_name,
@@ -311,9 +332,7 @@ class InlineQueue:
             max_attempts=job.max_attempts,
         )
         self.jobs.append(record)
-        if self.run:
-            await self._run(record)
-        return record.id
+        return record
 
     async def run_pending(self, max_passes: int = DEFAULT_MAX_PASSES) -> int:
         """Run the queued jobs (those they defer, and their retries and snoozes) until
@@ -338,7 +357,12 @@ class InlineQueue:
     async def _run(self, record: InlineJob) -> None:
         """One attempt, ended as a worker would end it (`outcomes.decide`)."""
         task = self.app.tasks.get(record.task_name)
-        executor = Executor(tasks=self.app.tasks, worker="inline", middleware=self.app.middlewares)
+        executor = Executor(
+            tasks=self.app.tasks,
+            worker="inline",
+            threads=self._threads,
+            middleware=self.app.middlewares,
+        )
         record.attempts += 1
         job = Job(
             record.id,
@@ -363,6 +387,14 @@ class InlineQueue:
                 raise
         else:
             record.status = "done"
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 _inline_queues: weakref.WeakKeyDictionary[App, InlineQueue] = weakref.WeakKeyDictionary()
@@ -396,6 +428,7 @@ def inline(app: App, *, run: bool = True, raise_errors: bool = True) -> Iterator
     try:
         yield queue
     finally:
+        queue._threads.close()
         for task, writer in zip(tasks, saved, strict=True):
             task.writer = writer
         _inline_queues.pop(app, None)

@@ -103,7 +103,7 @@ class Dispatcher:
     # -- attempts ---------------------------------------------------------------------
 
     def hold(self, job: Job, sent: float | None = None) -> None:
-        """Run ``job``, just claimed (a claim takes no more jobs than there are free runners)
+        """Run ``job``, just claimed (when its runners are all busy, it waits for one)
         by a statement sent at ``sent`` (the loop's time; None: now)."""
         earlier = self.held.get(job.id)
         if earlier is not None:
@@ -255,6 +255,7 @@ class Dispatcher:
                 runner.uncancel()
             attempt.cancels = 0
         duration = time.perf_counter() - started
+        self.slots.ran(duration)
         stop = attempt.stop
         outcome = decide(job, task, result=result, error=error, stop=stop, duration=duration)
         if ended is not None:

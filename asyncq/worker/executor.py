@@ -4,6 +4,7 @@ propagates: the dispatcher catches it and `outcomes.decide` makes it an outcome.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC
 from typing import Any, Protocol
@@ -12,6 +13,7 @@ from asyncq import codec
 from asyncq.errors import TaskNotFound
 from asyncq.job import Job, JobContext, reset_current_job, set_current_job
 from asyncq.worker.outcomes import Policy
+from asyncq.worker.threads import Threads
 
 CallNext = Callable[[], Awaitable[Any]]
 Middleware = Callable[[JobContext, CallNext], Awaitable[Any]]
@@ -21,12 +23,19 @@ is the attempt's error."""
 
 
 class RunnableTask(Policy, Protocol):
-    """What the worker needs of a task (`asyncq.Task` is one)."""
+    """What the worker needs of a task (`asyncq.Task` is one). A ``blocking`` task (a
+    plain ``def``) is run by `prepare_stored`'s call in a thread, any other by awaiting
+    `call_stored`'s coroutine."""
 
     @property
     def name(self) -> str: ...
 
+    @property
+    def blocking(self) -> bool: ...
+
     def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]: ...
+
+    def prepare_stored(self, stored_args: Any) -> Callable[[], Any]: ...
 
 
 class Executor:
@@ -35,14 +44,17 @@ class Executor:
         *,
         tasks: Mapping[str, RunnableTask],
         worker: str,
+        threads: Threads,
         middleware: Sequence[Middleware] = (),
     ) -> None:
         self.tasks = tasks
         self.worker = worker
+        self.threads = threads
         self.middleware = tuple(middleware)
 
     async def run(self, job: Job, task: RunnableTask | None) -> Any:
         """Run ``job`` with ``task`` (None: unknown here) to its end; returns its result."""
+        stop = threading.Event() if task is not None and task.blocking else None
         context = JobContext(
             id=job.id,
             task_name=job.task_name,
@@ -51,6 +63,7 @@ class Executor:
             max_attempts=job.max_attempts,
             worker=self.worker,
             scheduled_at=None if job.scheduled_at is None else job.scheduled_at.astimezone(UTC),
+            stop_event=stop,
         )
         token = set_current_job(context)
         try:
@@ -60,9 +73,15 @@ class Executor:
                     " on this worker's App"
                 )
             args = codec.decode(job.args)
-            if not self.middleware:
-                return await task.call_stored(args)
-            return await self._chain(context, lambda: task.call_stored(args))
+            if stop is None:
+                if not self.middleware:
+                    return await task.call_stored(args)
+                return await self._chain(context, lambda: task.call_stored(args))
+            call = task.prepare_stored(args)
+            label = f"job {job.id} ({job.task_name})"
+            return await self._chain(
+                context, lambda: self.threads.run(call, stop=stop, label=label)
+            )
         finally:
             reset_current_job(token)
 

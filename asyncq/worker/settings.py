@@ -106,6 +106,14 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
+def _prefetch(value: Any, name: str) -> int | None:
+    return None if value is None else _int(0, 10_000)(value, name)
+
+
+def _threads(value: Any, name: str) -> int | None:
+    return None if value is None else _int(1, 10_000)(value, name)
+
+
 def _port(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 65_535)(value, name)
 
@@ -138,12 +146,27 @@ class WorkerSettings:
     concurrency: int = option(
         10, _int(1, 100_000), "-c", "--concurrency", metavar="N", help="jobs run at once"
     )
+    threads: int | None = option(
+        None,
+        _threads,
+        "--threads",
+        metavar="N",
+        help="threads for tasks that are plain def functions (default: the concurrency)",
+    )
     batch_size: int | None = option(
         None,
         _batch_size,
         "--batch-size",
         metavar="N",
         help="most jobs claimed by one query (default: the concurrency, at most 100)",
+    )
+    prefetch: int | None = option(
+        None,
+        _prefetch,
+        "--prefetch",
+        metavar="N",
+        help="while jobs are short (under 50 ms), claim up to N more than the concurrency,"
+        " to wait for a free slot (default: half a batch; 0: never)",
     )
     lease: float = option(
         30.0,
@@ -214,6 +237,10 @@ class WorkerSettings:
                 object.__setattr__(self, f.name, spec.check(getattr(self, f.name), f.name))
         if self.batch_size is None:
             object.__setattr__(self, "batch_size", min(self.concurrency, 100))
+        if self.prefetch is None:
+            object.__setattr__(self, "prefetch", min(self.batch, self.concurrency) // 2)
+        if self.threads is None:
+            object.__setattr__(self, "threads", min(self.concurrency, 10_000))
 
     @property
     def batch(self) -> int:
@@ -225,7 +252,9 @@ class WorkerOptions(TypedDict, total=False):
     """``App.run_worker``'s keyword arguments: the options of `WorkerSettings`."""
 
     concurrency: int
+    threads: int | None
     batch_size: int | None
+    prefetch: int | None
     lease: float
     grace: float
     poll_interval: float

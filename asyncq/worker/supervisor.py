@@ -55,6 +55,7 @@ from asyncq.worker.producer import Producer
 from asyncq.worker.services import Service
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
+from asyncq.worker.threads import Threads
 from asyncq.worker.wakeup import DueTimes, Wakeup
 
 logger = logging.getLogger("asyncq.worker")
@@ -125,8 +126,13 @@ class Worker:
         )
         await pool.open(wait=False)
         observer = self.observer
-        slots = Slots(settings.concurrency)
+        assert settings.prefetch is not None
+        # Limited tasks: a job claimed ahead would count against its task's limit while it
+        # waits, so every claim takes only what can run at once.
+        slots = Slots(settings.concurrency, ahead=0 if self.limits else settings.prefetch)
         wakeup = Wakeup()
+        assert settings.threads is not None
+        threads = Threads(settings.threads)
 
         def written(job: Job) -> None:
             slots.written()
@@ -143,7 +149,9 @@ class Worker:
         dispatcher = Dispatcher(
             concurrency=settings.concurrency,
             tasks=self.tasks,
-            executor=Executor(tasks=self.tasks, worker=self.id, middleware=self.middleware),
+            executor=Executor(
+                tasks=self.tasks, worker=self.id, threads=threads, middleware=self.middleware
+            ),
             slots=slots,
             submit=completer.submit,
             observer=observer,
@@ -273,6 +281,7 @@ class Worker:
                             await completer.finish()
                     running.cancel_scope.cancel()
         finally:
+            threads.close()
             if restore:
                 restore()
             with anyio.move_on_after(CLOSE_DEADLINE, shield=True):

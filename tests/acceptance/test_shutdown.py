@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.harness.app import NOOP, SLEEP, STUBBORN
+from tests.harness.app import NOOP, SLEEP, SLEEP_IN_THREAD, STUBBORN
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
 from tests.harness.processes import Workers, wait_until
@@ -114,3 +114,19 @@ def test_a_task_that_swallows_cancellation_does_not_hang_shutdown(
     # The job that stopped was handed back; the stubborn one is left to its lease.
     assert (job_row(db, slow)["status"], job_row(db, slow)["attempts"]) == ("queued", 0)
     assert job_row(db, stubborn)["status"] == "running"
+
+
+def test_a_def_task_that_outlives_the_grace_period_does_not_keep_the_worker_alive(
+    db, workers: Workers, ledger: Ledger
+) -> None:
+    # Its thread cannot be stopped: the job is handed back and the process exits anyway
+    # (the thread dies with it), long before the function would have returned.
+    worker = workers.start("--grace", "1", lease=60)
+    [job_id] = insert_jobs(db, SLEEP_IN_THREAD, [{"seconds": 60}])
+    wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
+
+    worker.send(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.stderr()
+    row = job_row(db, job_id)
+    assert (row["status"], row["attempts"]) == ("queued", 0)
+    assert not ledger.events("end", job_id)

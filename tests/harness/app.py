@@ -244,10 +244,21 @@ until_fixed_too = app.task(name="guarded.until_fixed_too", retry=AT_ONCE, max_at
 )
 
 APP = "tests.harness.app:app"
+
+
+@app.task
+def sleep_in_thread(seconds: float) -> None:
+    """A plain def that sleeps without looking at ``stop_requested``: nothing stops it."""
+    record("start")
+    time.sleep(seconds)
+    record("end")
+
+
 NOOP, SLEEP, WORK, FAIL = noop.name, sleep.name, work.name, fail.name
 SLEEP_BY_ATTEMPT, FAIL_SLOWLY_RETRIED = sleep_by_attempt.name, fail_slowly_retried.name
 KILL_OWN_WORKER, FREEZE_THEN, STUBBORN = kill_own_worker.name, freeze_then.name, stubborn.name
 HOLD_CONNECTION, TAKES = hold_connection.name, takes.name
+SLEEP_IN_THREAD = sleep_in_thread.name
 ECHO, UNSTORABLE = echo.name, unstorable.name
 RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
 GUARDED = [name for name in app.tasks if name.startswith("guarded.")]

@@ -202,12 +202,14 @@ async def test_duplicate_task_names_are_refused(app: asyncq.App) -> None:
             pass
 
 
-async def test_non_async_functions_are_refused(app: asyncq.App) -> None:
-    def plain() -> None:
-        pass
+async def test_what_is_not_a_function_is_refused(app: asyncq.App) -> None:
+    async def generator() -> Any:
+        yield 1
 
     with pytest.raises(TypeError):
-        app.task(plain)  # type: ignore[arg-type]
+        app.task(generator)
+    with pytest.raises(TypeError):
+        app.task(name="not.a.function")(42)  # type: ignore[call-overload]
 
 
 async def test_a_backslash_before_u0000_is_text_not_a_nul(

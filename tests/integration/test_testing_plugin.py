@@ -222,3 +222,41 @@ async def test_jobs_end_as_a_worker_would_end_them():
         "--asyncq-dsn=postgresql://nobody@127.0.0.1:1/none",
     )
     result.assert_outcomes(passed=4)
+
+
+def test_def_tasks_and_defer_sync_with_the_plugin_and_inline(run: Run) -> None:
+    result = run(
+        """
+import threading
+
+ran_in = []
+
+@app.task(name="t.resize")
+def resize(path: str) -> str:
+    ran_in.append(threading.current_thread().name)
+    return path.upper()
+
+async def test_defer_sync_then_drain(asyncq_test_app):
+    resize.defer_sync("a.png")
+    await assert_deferred(resize, path="a.png")
+    assert (await drain(asyncq_test_app)).done == 1
+    [job] = await deferred_jobs(resize)
+    assert job.status == "done"
+    assert await asyncq_test_app.result(job.id) == "A.PNG"
+
+def test_inline_from_synchronous_code_runs_at_once_in_a_thread():
+    ran_in.clear()
+    with inline(app) as queue:
+        resize.defer_sync("b.png")
+    assert [(job.status, job.result) for job in queue.jobs] == [("done", "B.PNG")]
+    assert ran_in and ran_in[0] != threading.current_thread().name
+
+async def test_inline_under_an_event_loop_waits_for_drain():
+    with inline(app) as queue:
+        resize.defer_sync("c.png")
+        assert queue.jobs[0].status == "queued"
+        await drain(app)
+    assert queue.jobs[0].status == "done"
+"""
+    )
+    result.assert_outcomes(passed=3)

@@ -221,6 +221,9 @@ async def test_every_form_of_defer_carries_its_span_s_context(
         forms["many in a group"] = await any_task.options(group="g").defer_many([{"n": 7}])
         async with traced.pool.connection() as conn, conn.transaction():
             forms["own connection"] = [await any_task.options(conn=conn).defer(8)]
+        forms["defer_sync"] = [any_task.defer_sync(9)]
+        forms["defer_sync, unique"] = [any_task.options(unique_key="s").defer_sync(10)]
+        traced.close_sync()
         # Concurrent defers are gathered into one statement, each row with its context.
         forms["gathered"] = list(await _gather([any_task.defer(n) for n in range(20)]))
 

@@ -24,6 +24,16 @@ async def total(order_id: int) -> int:
     return order_id
 
 
+@app.task
+def resize(path: str, width: int = 100) -> bytes:
+    return b""
+
+
+@app.task(queue="images")
+def crop(path: str) -> str:
+    return path
+
+
 async def main() -> None:
 """
 
@@ -38,6 +48,11 @@ WRONG = [
     ("await total.options(queue='q').defer(7, 8)", "call-arg", "Too many arguments"),
     ("x: str = await send.defer(7)", "assignment", 'expression has type "int"'),
     ("y: str = await total(7)", "assignment", 'expression has type "int"'),
+    ("resize.defer_sync(7)", "arg-type", 'incompatible type "int"; expected "str"'),
+    ('resize.defer_sync("a.png", height=5)', "call-arg", 'Unexpected keyword argument "height"'),
+    ("crop.options(priority=1).defer_sync()", "call-arg", "Missing positional argument"),
+    ("await crop.defer(1)", "arg-type", 'incompatible type "int"; expected "str"'),
+    ('z: str = resize("a.png")', "assignment", 'expression has type "bytes"'),
 ]
 
 RIGHT = [
@@ -49,6 +64,11 @@ RIGHT = [
     "ids: list[int] = await send.defer_many([{'order_id': 7}])",
     "n: int = await total(7)",
     "job_id: int = await total.defer(7)",
+    'sync_id: int = resize.defer_sync("a.png", width=50)',
+    'resized: bytes = resize("a.png")',
+    'cropped: str = crop("a.png")',
+    'crop_id: int = await crop.options(queue="q").defer("a.png")',
+    "sent_id: int = send.defer_sync(7)",
 ]
 
 

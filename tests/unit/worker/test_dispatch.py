@@ -20,6 +20,7 @@ from asyncq.worker.executor import Executor
 from asyncq.worker.observer import AttemptEnded, Observer
 from asyncq.worker.outcomes import Kind, Outcome, Stop
 from asyncq.worker.slots import Slots
+from asyncq.worker.threads import Threads
 
 
 class FakeTask:
@@ -29,6 +30,7 @@ class FakeTask:
         self.retry = asyncq.Backoff(base=1, factor=1, cap=1, jitter=0)
         self.retry_on: tuple[type[BaseException], ...] | None = None
         self.timeout = timeout
+        self.blocking = False
 
     def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]:
         return self.fn(**stored_args)  # type: ignore[return-value]
@@ -59,7 +61,7 @@ class Harness:
         self.dispatcher = Dispatcher(
             concurrency=concurrency,
             tasks=self.tasks,
-            executor=Executor(tasks=self.tasks, worker="w"),
+            executor=Executor(tasks=self.tasks, worker="w", threads=Threads(1)),
             slots=self.slots,
             submit=self.submitted,
             observer=self.observer,
@@ -286,7 +288,7 @@ def test_the_hook_around_an_attempt_is_in_the_task_s_context_and_hears_how_it_en
         h.dispatcher = Dispatcher(
             concurrency=1,
             tasks=h.tasks,
-            executor=Executor(tasks=h.tasks, worker="w"),
+            executor=Executor(tasks=h.tasks, worker="w", threads=Threads(1)),
             slots=h.slots,
             submit=h.submitted,
             observer=around,

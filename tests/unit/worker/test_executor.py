@@ -12,6 +12,7 @@ import pytest
 import asyncq
 from asyncq.job import Job
 from asyncq.worker.executor import Executor
+from asyncq.worker.threads import Threads
 
 
 class Echo:
@@ -19,6 +20,7 @@ class Echo:
     retry = asyncq.Backoff()
     retry_on = None
     timeout = None
+    blocking = False
 
     def call_stored(self, stored_args: Any) -> Coroutine[Any, Any, Any]:
         async def run() -> Any:
@@ -32,14 +34,14 @@ def job(args: str = '{"x": 1}') -> Job:
 
 
 def test_the_task_gets_its_decoded_arguments_in_its_job_context() -> None:
-    executor = Executor(tasks={"echo": Echo()}, worker="w")
+    executor = Executor(tasks={"echo": Echo()}, worker="w", threads=Threads(1))
     assert asyncio.run(executor.run(job(), Echo())) == (5, {"x": 1})
     with pytest.raises(asyncq.NotInJob):
         asyncq.current_job()
 
 
 def test_an_unknown_task_and_undecodable_arguments_are_the_attempts_errors() -> None:
-    executor = Executor(tasks={}, worker="w")
+    executor = Executor(tasks={}, worker="w", threads=Threads(1))
     with pytest.raises(asyncq.TaskNotFound, match="'echo'"):
         asyncio.run(executor.run(job(), None))
     with pytest.raises(asyncq.UndecodableArguments, match="digits"):
@@ -57,6 +59,8 @@ def test_middleware_wraps_the_call_in_order_and_may_change_its_result() -> None:
         seen.append(f"inner {asyncq.current_job().id}")
         return await call_next()
 
-    executor = Executor(tasks={"echo": Echo()}, worker="w", middleware=[outer, inner])
+    executor = Executor(
+        tasks={"echo": Echo()}, worker="w", threads=Threads(1), middleware=[outer, inner]
+    )
     assert asyncio.run(executor.run(job(), Echo())) == ("outer", (5, {"x": 1}))
     assert seen == ["outer 5", "inner 5"]

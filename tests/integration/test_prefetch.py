@@ -1,0 +1,113 @@
+"""Claiming ahead: while jobs are short, a worker holds up to ``prefetch`` jobs more than
+its concurrency, waiting for a runner; with long jobs, or limited tasks, none."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import asyncq
+from asyncq.job import Job
+from asyncq.worker.observer import AttemptEnded, Observer
+from asyncq.worker.slots import SHORT_JOB, Slots
+
+pytestmark = pytest.mark.anyio
+
+
+class Watch(Observer):
+    """The most jobs that ran at once, and the most that were claimed and not ended."""
+
+    def __init__(self, app: asyncq.App) -> None:
+        self.running_now = self.most_running = 0
+        self.held = self.most_held = 0
+        app._observers.append(self)
+
+    def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
+        self.held += len(jobs)
+        self.most_held = max(self.most_held, self.held)
+
+    def running(self, job: Job) -> AttemptEnded:
+        self.running_now += 1
+        self.most_running = max(self.most_running, self.running_now)
+
+        def ended(*_: object) -> None:
+            self.running_now -= 1
+            self.held -= 1
+
+        return ended
+
+    async def job(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def test_short_jobs_are_claimed_ahead_and_no_more_run_at_once(
+    app: asyncq.App, drain: Any
+) -> None:
+    watch = Watch(app)
+
+    @app.task(name="ahead.short")
+    async def short(n: int) -> None:
+        await watch.job(0.002)
+
+    await short.defer_many([{"n": n} for n in range(200)])
+    stats = await drain(concurrency=4, batch_size=4, prefetch=4)
+    assert stats.done == 200
+    assert watch.most_running == 4
+    assert 4 < watch.most_held <= 8
+
+
+async def test_long_jobs_are_not_claimed_ahead(app: asyncq.App, drain: Any) -> None:
+    watch = Watch(app)
+
+    @app.task(name="ahead.long")
+    async def long(n: int) -> None:
+        await watch.job(SHORT_JOB * 2)
+
+    await long.defer_many([{"n": n} for n in range(12)])
+    stats = await drain(concurrency=2, batch_size=2, prefetch=4)
+    assert stats.done == 12
+    assert watch.most_held == 2
+
+
+async def test_prefetch_zero_claims_only_what_can_run(app: asyncq.App, drain: Any) -> None:
+    watch = Watch(app)
+
+    @app.task(name="ahead.none")
+    async def none(n: int) -> None:
+        await watch.job(0.002)
+
+    await none.defer_many([{"n": n} for n in range(100)])
+    stats = await drain(concurrency=4, batch_size=4, prefetch=0)
+    assert stats.done == 100
+    assert watch.most_held == 4
+
+
+async def test_a_limited_task_is_never_claimed_ahead(app: asyncq.App, drain: Any) -> None:
+    watch = Watch(app)
+
+    # Claimed ahead, a job would count against its task's limit while it waited: with
+    # room for 4 across every worker, this one would hold 4 and run 2.
+    @app.task(name="ahead.limited", concurrency=4)
+    async def limited(n: int) -> None:
+        await watch.job(0.002)
+
+    await limited.defer_many([{"n": n} for n in range(100)])
+    stats = await drain(concurrency=2, batch_size=2, prefetch=2)
+    assert stats.done == 100
+    assert watch.most_held == 2
+
+
+def test_slots_grow_by_prefetch_while_attempts_are_short() -> None:
+    slots = Slots(4, ahead=2)
+    assert slots.free == 4  # nothing known yet: no claiming ahead
+    slots.ran(0.001)
+    assert slots.free == 6
+    for _ in range(40):
+        slots.ran(SHORT_JOB * 3)
+    assert slots.free == 4
+    for _ in range(40):
+        slots.ran(0.001)
+    assert slots.free == 6
