@@ -148,14 +148,19 @@ class WorkerProcess:
 
     @classmethod
     async def start(
-        cls, args: Sequence[str], stderr_path: Path, wrapper: Sequence[str] = ()
+        cls,
+        args: Sequence[str],
+        stderr_path: Path,
+        wrapper: Sequence[str] = (),
+        python: str | None = None,
     ) -> WorkerProcess:
-        """Start ``python -m benchmarks.worker ARGS``, under ``wrapper`` (a profiler) if given."""
+        """Start ``python -m benchmarks.worker ARGS``, under ``wrapper`` (a profiler) if given;
+        ``python``: another interpreter than this one (oban's Python 3.12)."""
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
         with stderr_path.open("wb") as err:
             proc = await asyncio.create_subprocess_exec(
                 *wrapper,
-                sys.executable,
+                python or sys.executable,
                 "-m",
                 "benchmarks.worker",
                 *args,
@@ -235,14 +240,19 @@ class WorkerProcess:
 
 @contextlib.asynccontextmanager
 async def workers(
-    args: Sequence[str], count: int, log_dir: Path, tag: str, wrapper: Sequence[str] = ()
+    args: Sequence[str],
+    count: int,
+    log_dir: Path,
+    tag: str,
+    wrapper: Sequence[str] = (),
+    python: str | None = None,
 ) -> AsyncIterator[list[WorkerProcess]]:
     """``count`` worker processes, all READY; stopped on the way out."""
     started: list[WorkerProcess] = []
     try:
         for i in range(count):
             path = log_dir / f"{tag}-{i}.stderr"
-            started.append(await WorkerProcess.start(args, path, wrapper))
+            started.append(await WorkerProcess.start(args, path, wrapper, python))
         for worker in started:
             await worker.wait_ready()
         yield started
@@ -276,6 +286,30 @@ def rss_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+async def until_signalled() -> None:
+    """Return on SIGTERM or SIGINT (how the harness stops a serving worker)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def until_drained(dsn: str, query: str, interval: float = 0.05) -> None:
+    """Return once ``query`` (one boolean: jobs still waiting or running) is false: the drain
+    mode of a worker whose library has none. Polled on a connection of its own."""
+    async with await connect(dsn) as conn:
+        while True:
+            row = await (await conn.execute(query)).fetchone()
+            if row is not None and not row[0]:
+                return
+            await asyncio.sleep(interval)
 
 
 def report_latency(sent_at: float) -> None:

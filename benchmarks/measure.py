@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from psycopg import sql
 
-from benchmarks.common import WorkerProcess, connect, percentile, wait_until_false, workers
-from benchmarks.systems import Point, System
+from benchmarks.common import WorkerProcess, connect, percentile, workers
+from benchmarks.systems import Point, System, time_calls
 
 POLL_INTERVAL = 0.01
 PRELOAD_CHUNK = 5000
@@ -50,7 +51,10 @@ def worker_args(system: System, point: Point, mode: str) -> list[str]:
 
 async def settle(system: System, *, analyze: bool = True) -> None:
     """ANALYZE what was just loaded (as autovacuum would) and CHECKPOINT, so that every
-    run starts from the same state and no checkpoint falls inside the timed part."""
+    run starts from the same state and no checkpoint falls inside the timed part.
+    Nothing for a system that keeps its jobs outside PostgreSQL (arq)."""
+    if not system.uses_postgres:
+        return
     async with await connect(system.dsn) as conn:
         if analyze:
             for table in system.tables:
@@ -58,15 +62,37 @@ async def settle(system: System, *, analyze: bool = True) -> None:
         await conn.execute("CHECKPOINT")
 
 
-async def preload(system: System, count: int) -> float:
-    """Write ``count`` no-op jobs with the bulk API; returns the seconds it took."""
+async def preload(
+    system: System, count: int, load: Callable[[int], Awaitable[None]] | None = None
+) -> float:
+    """Write ``count`` no-op jobs with the bulk API (or ``count`` jobs with ``load``, which
+    writes the number of jobs it is given); returns the seconds it took."""
+    load = load or system.enqueue_bulk
     started = time.perf_counter()
     left = count
     while left > 0:
         chunk = min(PRELOAD_CHUNK, left)
-        await system.enqueue_bulk(chunk)
+        await load(chunk)
         left -= chunk
     return time.perf_counter() - started
+
+
+async def wait_until_done(system: System, *, interval: float, within: float) -> float:
+    """Poll `System.unfinished` until it is false; returns the perf_counter time then."""
+    deadline = time.perf_counter() + within
+    while True:
+        unfinished = await system.unfinished()
+        now = time.perf_counter()
+        if not unfinished:
+            return now
+        if now > deadline:
+            raise TimeoutError(f"{system.name}: jobs still unfinished after {within:.0f}s")
+        await asyncio.sleep(interval)
+
+
+def tag_of(system: System, point: Point) -> str:
+    tag = f"{system.name}-c{point.concurrency}-b{point.batch}-p{point.processes}{point.variant}"
+    return "".join(c if c.isalnum() or c in "-_=." else "_" for c in tag)
 
 
 async def throughput(
@@ -77,28 +103,34 @@ async def throughput(
     wrapper: tuple[str, ...] = (),
     *,
     analyze: bool = True,
+    load: Callable[[int], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Pre-load ``jobs``, start ``point.processes`` workers, time until none is left."""
+    """Pre-load ``jobs`` (no-op jobs, or what ``load`` writes), start ``point.processes``
+    workers, time until none is left."""
     await system.reset()
-    load_seconds = await preload(system, jobs)
+    load_seconds = await preload(system, jobs, load)
     await settle(system, analyze=analyze)
-    tag = f"{system.name}-c{point.concurrency}-b{point.batch}-p{point.processes}{point.variant}"
-    async with await connect(system.dsn) as poll:
+    tag = tag_of(system, point)
+    try:
         async with workers(
-            worker_args(system, point, "drain"), point.processes, log_dir, tag, wrapper
+            worker_args(system, point, "drain"),
+            point.processes,
+            log_dir,
+            tag,
+            wrapper,
+            python=system.interpreter(),
         ) as procs:
+            await system.unfinished()  # the probe's connection, opened before the clock starts
             for proc in procs:
                 proc.go()
             started = time.perf_counter()
-            finished = await wait_until_false(
-                poll,
-                system.unfinished_sql,
-                interval=POLL_INTERVAL,
-                within=120 + jobs / 100,
+            finished = await wait_until_done(
+                system, interval=POLL_INTERVAL, within=120 + jobs / 100
             )
             exits = [await proc.wait_exit(30) for proc in procs]
-        row = await (await poll.execute(system.completed_sql)).fetchone()
-    completed = int(row[0]) if row else 0
+        completed = await system.completed()
+    finally:
+        await system.close_probe()
     seconds = finished - started
     result = {
         "jobs": jobs,
@@ -118,17 +150,20 @@ async def throughput(
 
 
 async def latency(system: System, point: Point, count: int, log_dir: Path) -> dict[str, Any]:
-    """An idle worker; one job at a time, 10-20 ms apart; seconds from just before the
-    enqueue call to the first line of the task body, as both read time.time()."""
+    """An idle worker; one job at a time, 10-20 ms apart (`System.latency_gap`: longer for
+    a worker that polls); seconds from just before the enqueue call to the first line of
+    the task body, as both read time.time()."""
     await system.reset()
     await settle(system)
-    tag = f"{system.name}-latency"
-    async with workers(worker_args(system, point, "serve"), 1, log_dir, tag) as (proc,):
+    tag = tag_of(system, point).replace("-p1", "-latency")
+    args = worker_args(system, point, "serve")
+    async with workers(args, 1, log_dir, tag, python=system.interpreter()) as (proc,):
         proc.go()
         await asyncio.sleep(1.0)  # connected, listening, idle
         samples: list[float] = []
+        gap = system.latency_gap(point)
         for i in range(count + 5):
-            await asyncio.sleep(random.uniform(0.010, 0.020))
+            await asyncio.sleep(random.uniform(*gap))
             sent_at = time.time()
             await system.enqueue_stamp(sent_at)
             value = await proc.next_latency(within=15.0)
@@ -151,7 +186,9 @@ async def latency_in_turns(systems: list[System], count: int, log_dir: Path) -> 
         for system in systems:
             args = worker_args(system, system.latency_point(), "serve")
             tag = f"{system.name}-latency"
-            (procs[system.name],) = await stack.enter_async_context(workers(args, 1, log_dir, tag))
+            (procs[system.name],) = await stack.enter_async_context(
+                workers(args, 1, log_dir, tag, python=system.interpreter())
+            )
         for proc in procs.values():
             proc.go()
         await asyncio.sleep(1.0)  # connected, listening, idle
@@ -193,17 +230,12 @@ async def _interleaved(calls: dict[K, Any], count: int) -> dict[K, float]:
     turn), so that the ratios between them come from the same minutes on a machine
     whose speed drifts."""
     for call in calls.values():
-        for _ in range(20):  # warm-up: connections, prepared statements
-            await call()
+        await time_calls(call, 20)  # warm-up: connections, prepared statements
     spent = dict.fromkeys(calls, 0.0)
     block = max(1, count // BLOCKS)
     for _ in range(BLOCKS):
         for name in random.sample(list(calls), len(calls)):
-            call = calls[name]
-            started = time.perf_counter()
-            for _ in range(block):
-                await call()
-            spent[name] += time.perf_counter() - started
+            spent[name] += await time_calls(calls[name], block)
     return {name: block * BLOCKS / seconds for name, seconds in spent.items()}
 
 
@@ -212,26 +244,17 @@ async def enqueue(system: System, sizes: Sizes) -> dict[str, Any]:
     result: dict[str, Any] = {}
     await system.reset()
     await settle(system)
-    calls = {"one_by_one": system.enqueue_one, **system.extra_enqueue()}
+    calls = {"one_by_one": system.one_by_one(), **system.extra_enqueue()}
     result.update(await _interleaved(calls, sizes.one_by_one))
 
     if system.supports_concurrent_enqueue:
         await system.reset()
-        await system.enqueue_concurrent_setup(sizes.coroutines)
-        try:
-            each = sizes.concurrent // sizes.coroutines
+        each = sizes.concurrent // sizes.coroutines
+        seconds = await system.enqueue_concurrent(sizes.coroutines, each)
+        result["concurrent"] = each * sizes.coroutines / seconds
 
-            async def producer() -> None:
-                for _ in range(each):
-                    await system.enqueue_concurrent_one()
-
-            await asyncio.gather(*(system.enqueue_concurrent_one() for _ in range(20)))
-            started = time.perf_counter()
-            await asyncio.gather(*(producer() for _ in range(sizes.coroutines)))
-            result["concurrent"] = each * sizes.coroutines / (time.perf_counter() - started)
-        finally:
-            await system.enqueue_concurrent_teardown()
-
+    if system.bulk_note:  # no batch API: nothing to measure
+        return result
     await system.reset()
     await settle(system)
     await system.enqueue_bulk(sizes.bulk_chunk)  # warm-up

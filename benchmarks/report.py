@@ -7,14 +7,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks import redisdb
 from benchmarks.common import OWN_CONNECTION_LABEL, PLAIN_INSERT_LABEL, SAME_ROW_LABEL, median
 
 TITLES = {
     "asyncq": "asyncq",
     "procrastinate": "procrastinate",
     "pgqueuer": "PgQueuer",
+    "oban": "oban-py",
+    "saq": "saq (PostgreSQL)",
+    "arq": "arq (Redis)",
     "sql": "plain SQL",
 }
+PEERS = ("procrastinate", "pgqueuer", "oban", "saq", "arq")
 
 
 def _title(results: dict[str, Any], name: str) -> str:
@@ -30,12 +35,20 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     """Medians over the repeats, per system and configuration."""
     groups: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     labels: dict[tuple[Any, ...], dict[str, Any]] = {}
+    jobs: dict[tuple[Any, ...], int] = {}
     for run in results["throughput"]:
         if run.get("ok"):
             groups[_key(run)].append(run["rate"])
             labels[_key(run)] = run["point"]
+            jobs[_key(run)] = run["jobs"]
     throughput = [
-        {"system": key[0], "point": labels[key], "median_rate": median(rates), "rates": rates}
+        {
+            "system": key[0],
+            "point": labels[key],
+            "median_rate": median(rates),
+            "rates": rates,
+            "jobs": jobs[key],
+        }
         for key, rates in groups.items()
     ]
     best: dict[str, dict[str, Any]] = {}
@@ -47,20 +60,54 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             continue
         if name not in best or row["median_rate"] > best[name]["median_rate"]:
             best[name] = row
+    default: dict[str, dict[str, Any]] = {}
+    for name, point in results.get("defaults", {}).items():
+        for row in throughput:
+            if row["system"] == name and _same_point(row["point"], point):
+                default[name] = row
 
     latency: dict[str, dict[str, Any]] = {}
-    for name, runs in _by_system(results["latency"]).items():
+    latency_more: list[dict[str, Any]] = []
+    primary = [r for r in results["latency"] if not r.get("extra")]
+    for name, runs in _by_system(primary).items():
         latency[name] = {
             "p50_ms": median([r["p50_ms"] for r in runs]),
             "p95_ms": median([r["p95_ms"] for r in runs]),
             "runs": len(runs),
+            "point": runs[0].get("point"),
         }
+    more: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for run in results["latency"]:
+        if run.get("extra") and "error" not in run:
+            more[(run["system"], run["point"]["label"])].append(run)
+    for (name, _label), runs in more.items():
+        latency_more.append(
+            {
+                "system": name,
+                "point": runs[0]["point"],
+                "p50_ms": median([r["p50_ms"] for r in runs]),
+                "p95_ms": median([r["p95_ms"] for r in runs]),
+                "runs": len(runs),
+            }
+        )
 
     enqueue: dict[str, dict[str, float | None]] = {}
     for name, runs in _by_system(results["enqueue"]).items():
         kinds = {k for r in runs for k in r if k not in ("system", "repeat")}
         enqueue[name] = {k: median([r[k] for r in runs if k in r]) for k in sorted(kinds)}
-    return {"throughput": throughput, "best": best, "latency": latency, "enqueue": enqueue}
+    return {
+        "throughput": throughput,
+        "best": best,
+        "default": default,
+        "latency": latency,
+        "latency_more": latency_more,
+        "enqueue": enqueue,
+    }
+
+
+def _same_point(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("concurrency", "batch", "processes", "variant")
+    return all(a.get(k) == b.get(k) for k in keys)
 
 
 def _by_system(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -103,6 +150,19 @@ def targets(summary: dict[str, Any], results: dict[str, Any]) -> list[dict[str, 
             r >= 2.0,
             _best_detail(best, "asyncq") + " vs " + _best_detail(best, "pgqueuer"),
         )
+    default = summary.get("default", {})
+    r = _ratio(
+        default.get("asyncq", {}).get("median_rate"),
+        default.get("pgqueuer", {}).get("median_rate"),
+    )
+    if r is not None:
+        add(
+            "default config vs PgQueuer's default",
+            r,
+            ">= 3.0x",
+            r >= 3.0,
+            _best_detail(default, "asyncq") + " vs " + _best_detail(default, "pgqueuer"),
+        )
     for batch in (10, 50, 100):
         a = _rate_at(summary, "asyncq", batch=batch, processes=1)
         s = _rate_at(summary, "sql", batch=batch, processes=1, variant="batched")
@@ -133,7 +193,7 @@ def targets(summary: dict[str, Any], results: dict[str, Any]) -> list[dict[str, 
     lat = summary["latency"]
     if "asyncq" in lat:
         mine = lat["asyncq"]
-        for peer in ("procrastinate", "pgqueuer"):
+        for peer in PEERS:
             if peer in lat:
                 for q in ("p50_ms", "p95_ms"):
                     add(
@@ -432,8 +492,10 @@ def render(results: dict[str, Any]) -> str:
         f" {meta['machine']['cores']} cores"
     )
     rows = []
+    notes = results.get("bulk_notes", {})
     for name in results["systems"]:
         best = summary["best"].get(name)
+        default = summary.get("default", {}).get(name)
         lat = summary["latency"].get(name, {})
         enq = summary["enqueue"].get(name, {})
         rows.append(
@@ -441,11 +503,13 @@ def render(results: dict[str, Any]) -> str:
                 _title(results, name),
                 _fmt(best and best["median_rate"]),
                 _label(best["point"]) if best else "-",
+                _fmt(default and default["median_rate"]),
+                _label(default["point"]) if default else "-",
                 _fmt(lat.get("p50_ms"), ".2f"),
                 _fmt(lat.get("p95_ms"), ".2f"),
                 _fmt(enq.get("one_by_one")),
                 _fmt(enq.get("concurrent")),
-                _fmt(enq.get("bulk")),
+                notes[name] if name in notes and enq else _fmt(enq.get("bulk")),
             ]
         )
     parts.append(
@@ -454,6 +518,8 @@ def render(results: dict[str, Any]) -> str:
                 "system",
                 "jobs/s (best)",
                 "best config",
+                "jobs/s (default)",
+                "default config",
                 "pickup p50 ms",
                 "p95 ms",
                 "enqueue 1-by-1/s",
@@ -463,6 +529,24 @@ def render(results: dict[str, Any]) -> str:
             rows,
         )
     )
+    more = summary.get("latency_more", [])
+    if more:
+        parts.append(
+            _table(
+                ["other pickup configurations", "config", "p50 ms", "p95 ms"],
+                [
+                    [
+                        _title(results, r["system"]),
+                        _label(r["point"]),
+                        _fmt(r["p50_ms"], ".2f"),
+                        _fmt(r["p95_ms"], ".2f"),
+                    ]
+                    for r in more
+                ],
+            )
+        )
+    if results.get("redis"):
+        parts.append("arq's durability: " + redisdb.durability(results["redis"]) + ".")
     extras = [
         [_title(results, n) + ": " + k, _fmt(v)]
         for n, enq in summary["enqueue"].items()
@@ -484,13 +568,20 @@ def render(results: dict[str, Any]) -> str:
             r["point"]["batch"],
         ),
     )
+    defaults = results.get("defaults", {})
     parts.append(
         _table(
-            ["throughput sweep", "config", "median jobs/s", "runs"],
+            ["throughput sweep", "config", "jobs", "median jobs/s", "runs"],
             [
                 [
                     _title(results, r["system"]),
-                    _label(r["point"]),
+                    _label(r["point"])
+                    + (
+                        " (default)"
+                        if _same_point(r["point"], defaults.get(r["system"], {}))
+                        else ""
+                    ),
+                    f"{r.get('jobs', 0):,}",
                     _fmt(r["median_rate"]),
                     " ".join(f"{x:,.0f}" for x in r["rates"]),
                 ]
@@ -498,6 +589,11 @@ def render(results: dict[str, Any]) -> str:
             ],
         )
     )
+    if results.get("shape"):
+        from benchmarks import shape
+
+        if "rows" in results["shape"]:
+            parts.append(shape.render(results["shape"], durability=not results.get("redis")))
 
     history = results.get("history")
     if history and "cases" in history:
@@ -586,6 +682,9 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
         "asyncq": "tab:blue",
         "procrastinate": "tab:orange",
         "pgqueuer": "tab:green",
+        "oban": "tab:purple",
+        "saq": "tab:brown",
+        "arq": "tab:red",
         "sql": "tab:gray",
     }
 
@@ -627,15 +726,16 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
         xs, ys = series("asyncq", "concurrency", batch=b, processes=1)
         if xs:
             ax.plot(xs, ys, style, marker="o", color=colors["asyncq"], label=f"asyncq b={b}")
-    xs, ys = series("procrastinate", "concurrency", processes=1)
-    if xs:
-        ax.plot(
-            xs,
-            ys,
-            marker="D",
-            color=colors["procrastinate"],
-            label="procrastinate (1 job per fetch)",
-        )
+    for system, fixed, marker, label in (
+        ("procrastinate", {}, "D", "procrastinate (1 job per fetch)"),
+        ("oban", {}, "v", "oban-py (queue limit)"),
+        ("saq", {}, "P", "saq on PostgreSQL"),
+        ("arq", {"variant": "poll=10ms"}, "X", "arq on Redis, poll 10 ms (max_jobs)"),
+        ("arq", {"variant": ""}, "x", "arq on Redis, default poll 0.5 s"),
+    ):
+        xs, ys = series(system, "concurrency", processes=1, **fixed)
+        if xs:
+            ax.plot(xs, ys, marker=marker, color=colors[system], label=label)
     ax.set(
         title="by concurrency (jobs run at once)", xlabel="concurrency", ylabel="jobs/s (median)"
     )
@@ -650,10 +750,14 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
             ax.plot(xs, ys, marker="o", color=colors[system], label=label)
     ax.set(title="by worker processes", xlabel="worker processes", ylabel="jobs/s (median)")
 
+    # Concurrency runs from 1 (procrastinate's default) to 200: a log axis.
+    axes[1].set_xscale("log")
     for ax in axes:
         xs = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
         if xs:
             ax.set_xticks(xs)
+            ax.set_xticklabels([str(x) for x in xs])
+            ax.minorticks_off()
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
         if ax.has_data():

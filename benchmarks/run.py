@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baseline, history, measure, memory, profile, report
+from benchmarks import baseline, history, measure, memory, profile, redisdb, report, shape
 from benchmarks.common import (
     ROOT,
     describe,
@@ -41,15 +41,23 @@ from benchmarks.common import (
 )
 from benchmarks.systems import ORDER, Point, System, load
 
-PARTS = ("throughput", "latency", "enqueue", "history", "memory")
-REQUIRES = {"procrastinate": ("procrastinate",), "pgqueuer": ("pgqueuer", "asyncpg")}
+PARTS = ("throughput", "latency", "enqueue", "history", "memory", "shape")
+REQUIRES = {
+    "procrastinate": ("procrastinate",),
+    "pgqueuer": ("pgqueuer", "asyncpg"),
+    "saq": ("saq", "psycopg_pool"),
+    "arq": ("arq", "redis"),
+}
+# Names --only also takes: the bare Redis list loop, measured in the shape part only.
+SHAPE_ONLY = ("redis",)
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
-        description="asyncq against procrastinate, PgQueuer and plain SQL on one PostgreSQL.",
+        description="asyncq against procrastinate, PgQueuer, oban-py, saq, arq (on Redis) and"
+        " plain SQL on one PostgreSQL.",
     )
     parser.add_argument(
         "--dsn",
@@ -57,11 +65,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " it runs CREATE DATABASE and CHECKPOINT); default: $ASYNCQ_BENCH_DSN, else the"
         " embedded PostgreSQL",
     )
+    parser.add_argument(
+        "--redis",
+        help="the Redis of arq and of the shape part's list loop, with a database number of"
+        f" their own (default: $ASYNCQ_BENCH_REDIS, else {redisdb.DEFAULT_URL}); only their own"
+        " keys are deleted",
+    )
     parser.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
     parser.add_argument(
         "--only",
-        default=",".join(ORDER),
-        help=f"systems to run, comma-separated (default: {','.join(ORDER)})",
+        default=",".join(ORDER + list(SHAPE_ONLY)),
+        help="systems to run, comma-separated (default:"
+        f" {','.join(ORDER + list(SHAPE_ONLY))}; redis is the shape part's bare Redis loop)",
     )
     parser.add_argument(
         "--baseline",
@@ -72,8 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--parts",
-        default="throughput,latency,enqueue,history",
-        help=f"what to measure, comma-separated, of: {','.join(PARTS)} (default: all but memory)",
+        help=f"what to measure, comma-separated, of: {','.join(PARTS)} (default: all but memory;"
+        " quick: all but memory and shape)",
     )
     parser.add_argument("--memory", action="store_true", help="add the memory soak to --parts")
     parser.add_argument("--repeats", type=int, help="runs of everything (default: 3; quick: 1)")
@@ -109,13 +124,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.jobs = args.jobs or (5_000 if quick else 20_000)
     args.latency_jobs = args.latency_jobs or (50 if quick else 200)
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
-    args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
+    names = [s.strip() for s in args.only.split(",") if s.strip()]
+    if args.parts is None:
+        args.parts = "throughput,latency,enqueue,history" + ("" if quick else ",shape")
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.memory:
         args.parts.add("memory")
-    for name in args.systems:
-        if name not in ORDER:
-            parser.error(f"unknown system {name!r} (known: {', '.join(ORDER)})")
+    for name in names:
+        if name not in ORDER and name not in SHAPE_ONLY:
+            known = ", ".join(ORDER + list(SHAPE_ONLY))
+            parser.error(f"unknown system {name!r} (known: {known})")
+    args.systems = [name for name in names if name in ORDER]
+    args.shape_systems = [name for name in shape.SYSTEMS if name in names]
+    args.redis_url = redisdb.resolve(args.redis)
     for part in args.parts:
         if part not in PARTS:
             parser.error(f"unknown part {part!r} (known: {', '.join(PARTS)})")
@@ -184,9 +205,20 @@ def machine() -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     found = {}
-    for dist in ("asyncq", "procrastinate", "pgqueuer", "psycopg", "asyncpg", "uvloop"):
+    dists = ("asyncq", "procrastinate", "pgqueuer", "saq", "arq", "redis", "psycopg", "asyncpg")
+    for dist in (*dists, "uvloop"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[dist] = importlib.metadata.version(dist)
+    return found
+
+
+def peer_versions(systems: list[System]) -> dict[str, str]:
+    """Versions known only to a system (oban's, in its own virtualenv)."""
+    found = {}
+    for system in systems:
+        version = getattr(system, "version", None)
+        if isinstance(version, str):
+            found[system.name] = version
     return found
 
 
@@ -255,7 +287,11 @@ class Runner:
                 self.problem(name, ImportError(f"not installed ({exc}); pip install -e '.[bench]'"))
                 continue
             try:
-                dsn = await recreate_database(self.admin_dsn, name)
+                if cls.uses_postgres:
+                    dsn = await recreate_database(self.admin_dsn, name)
+                else:
+                    dsn = self.args.redis_url
+                    self.results["redis"] = await redisdb.facts(dsn)
                 system = cls(dsn)
                 if name == "baseline":
                     system.title = self.args.baseline_commit.title
@@ -304,14 +340,14 @@ class Runner:
 
     async def measure_throughput(self, system: System, point: Point, repeat: int) -> None:
         name = system.name
-        size = sizes(self.args)
+        jobs = system.drain_jobs(point, sizes(self.args).jobs)
         run = await self.guarded(
             f"{name} throughput {point.label}",
             partial(
                 measure.throughput,
                 system,
                 point,
-                size.jobs,
+                jobs,
                 self.log_dir,
                 analyze=self.args.analyze,
             ),
@@ -322,7 +358,7 @@ class Runner:
         self.check_code(system, run)
         self.results["throughput"].append(run)
         if run.get("ok"):
-            self.say(f"  {name:13} {point.label:28} {run['rate']:>9,.0f} jobs/s")
+            self.say(f"  {name:13} {point.label:28} {run['rate']:>9,.0f} jobs/s ({jobs:,} jobs)")
         elif "error" in run and "rate" in run:
             self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
 
@@ -343,13 +379,27 @@ class Runner:
         for system in group:
             lat = {"error": found["error"]} if "error" in found else found[system.name]
             lat.update(system=system.name, repeat=repeat, point=point_dict(system.latency_point()))
-            self.check_code(system, lat)
-            self.results["latency"].append(lat)
-            if "error" not in lat:
-                self.say(
-                    f"  {system.name:13} pickup p50 {lat['p50_ms']:.2f} ms"
-                    f"  p95 {lat['p95_ms']:.2f} ms"
+            self.record_latency(system, lat)
+        if len(group) == 1:
+            # More configurations of one system (arq at a shorter poll than its default).
+            system = group[0]
+            for point in system.latency_points()[1:]:
+                lat = await self.guarded(
+                    f"{system.name} latency {point.label}",
+                    partial(measure.latency, system, point, count, log_dir),
                 )
+                lat.update(system=system.name, repeat=repeat, point=point_dict(point), extra=True)
+                self.record_latency(system, lat)
+
+    def record_latency(self, system: System, lat: dict[str, Any]) -> None:
+        self.check_code(system, lat)
+        self.results["latency"].append(lat)
+        if "error" not in lat:
+            where = f" ({lat['point']['label']})" if lat.get("extra") else ""
+            self.say(
+                f"  {system.name:13} pickup p50 {lat['p50_ms']:.2f} ms"
+                f"  p95 {lat['p95_ms']:.2f} ms{where}"
+            )
 
     async def measure_enqueue(self, group: list[System], repeat: int) -> None:
         """Enqueue rates of one system, or of a group's systems taking turns at every part
@@ -406,6 +456,20 @@ class Runner:
             self.say(f"round {repeat} of {args.repeats}")
             await self.one_round(repeat)
         names = [s.name for s in self.systems]
+        if "shape" in args.parts and args.shape_systems:
+            self.say(f"shape: {', '.join(args.shape_systems)}")
+            self.results["shape"] = await self.guarded(
+                "shape",
+                lambda: shape.run(
+                    shape.Options.of(args, self.admin_dsn, args.redis_url),
+                    args.shape_systems,
+                    log_dir=self.log_dir,
+                    say=self.say,
+                ),
+            )
+            if {"arq", "redis"} & set(args.shape_systems) and "rows" in self.results["shape"]:
+                with contextlib.suppress(Exception):
+                    self.results["shape"]["redis"] = await redisdb.facts(args.redis_url)
         if "history" in args.parts and "asyncq" in names:
             self.say(f"claim cost against {args.history_rows:,} finished rows")
             self.results["history"] = await self.guarded(
@@ -440,7 +504,7 @@ class Runner:
         for system in self.systems:
             try:
                 await system.close()
-                if not args.keep_databases:
+                if not args.keep_databases and system.uses_postgres:
                     await drop_database(self.admin_dsn, system.name)
             except Exception as exc:  # noqa: BLE001
                 self.problem(f"{system.name} teardown", exc)
@@ -477,6 +541,10 @@ async def main(args: argparse.Namespace) -> int:
         runner = Runner(args, admin_dsn)
         results = await runner.run()
     results["titles"] = {s.name: s.title for s in runner.systems}
+    results["bulk_notes"] = {s.name: s.bulk_note for s in runner.systems if s.bulk_note}
+    results["defaults"] = {
+        s.name: point_dict(p) for s in runner.systems if (p := s.default_point()) is not None
+    }
     results["meta"] = {
         "timestamp": stamp,
         "mode": "quick" if args.quick else "full",
@@ -488,7 +556,7 @@ async def main(args: argparse.Namespace) -> int:
         "dsn": describe(admin_dsn),
         "server": server,
         "machine": machine(),
-        "versions": versions(),
+        "versions": {**versions(), **peer_versions(runner.systems)},
         "git": git_state(),
         "command": " ".join(
             [os.path.basename(sys.executable), "-m", "benchmarks.run", *sys.argv[1:]]
@@ -506,6 +574,9 @@ async def main(args: argparse.Namespace) -> int:
         print()
         print(profile.render(results["profile"]))
     why_not = report.chart(results, args.out / "throughput.png")
+    if "rows" in results.get("shape", {}):
+        shape_why_not = shape.chart(results["shape"], args.out / "shape.png")
+        print(f"shape chart: {shape_why_not or args.out / 'shape.png'}")
     paths = report.write_json(results, args.out, stamp)
     print()
     print(f"results: {paths[0]} (and {paths[1].name})")

@@ -3,6 +3,8 @@
 It connects, prints ``READY``, waits for a line on stdin (so that the clock starts
 when every worker of a run is connected), runs the system's worker, prints ``EXIT``.
 ``--path DIR`` adds DIR to sys.path before the system is loaded (the baseline's package).
+``--mode client`` runs the system's ``client(options)`` instead, for a system whose
+enqueues run in a process of their own (oban: see benchmarks/systems/oban_system.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
     parser.add_argument("system", choices=sorted(MODULES))
     parser.add_argument("--dsn", required=True)
-    parser.add_argument("--mode", choices=["drain", "serve"], default="drain")
+    parser.add_argument("--mode", choices=["drain", "serve", "client"], default="drain")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--variant", default="")
@@ -39,6 +41,9 @@ def main() -> None:
         variant=args.variant,
     )
     module = load(args.system)
+    if args.mode == "client":
+        run_async(lambda: module.client(options))
+        return
 
     async def run() -> None:
         await module.work(options, _ready)

@@ -7,6 +7,7 @@ and the worker processes of that one import nothing of the working tree's asyncq
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ from benchmarks.systems import Point, Ready, System, WorkerOptions
 PACKAGE = "asyncq"
 NOOP = "bench.noop"
 STAMP = "bench.stamp"
+SLEEP = "bench.sleep"  # the shape benchmark's job: asyncio.sleep(seconds)
 # The plain-SQL system's INSERT, timed in turns with asyncq's defers on the same database.
 PLAIN_INSERT = "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, %s::jsonb) RETURNING id"
 # The row a defer of the no-op task writes, as one INSERT with its five values.
@@ -52,6 +54,10 @@ def make_app(dsn: str, package: str = PACKAGE, *, returns: Any = None) -> Any:
     @app.task(name=STAMP)
     async def stamp(sent_at: float) -> None:
         report_latency(sent_at)
+
+    @app.task(name=SLEEP)
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     return app
 
@@ -105,6 +111,9 @@ class AsyncqSystem(System):
     async def enqueue_bulk(self, count: int) -> None:
         await self.app.tasks[NOOP].defer_many([{}] * count)
 
+    async def enqueue_sleep_bulk(self, count: int, seconds: float) -> None:
+        await self.app.tasks[SLEEP].defer_many([{"seconds": seconds}] * count)
+
     async def enqueue_one(self) -> None:
         await self.app.tasks[NOOP].defer()
 
@@ -144,6 +153,11 @@ class AsyncqSystem(System):
         if quick:
             return [Point(10, 10), Point(100, 100), Point(200, 100)]
         return [Point(c, b) for c in (10, 50, 100, 200) for b in (10, 50, 100) if b <= c]
+
+    @staticmethod
+    def default_point() -> Point:
+        # run_worker()'s defaults: concurrency 10, batch_size the concurrency.
+        return Point(10, 10)
 
     @staticmethod
     def latency_point() -> Point:

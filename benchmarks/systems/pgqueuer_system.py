@@ -98,6 +98,11 @@ class PgqueuerSystem(System):
         return [Point(0, b) for b in ((10, 100) if quick else (10, 50, 100))]
 
     @staticmethod
+    def default_point() -> Point:
+        # QueueManager.run()'s defaults: batch_size 10, max_concurrent_tasks None.
+        return Point(0, 10)
+
+    @staticmethod
     def latency_point() -> Point:
         return Point(0, 10)
 

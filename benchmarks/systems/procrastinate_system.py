@@ -78,7 +78,16 @@ class ProcrastinateSystem(System):
 
     @staticmethod
     def sweep(quick: bool) -> list[Point]:
-        return [Point(c, 1) for c in ((10,) if quick else (10, 50, 100))]
+        return [Point(c, 1) for c in ((1, 10) if quick else (1, 10, 50, 100))]
+
+    @staticmethod
+    def default_point() -> Point:
+        # procrastinate's worker runs one job at a time unless told otherwise.
+        return Point(1, 1)
+
+    def drain_jobs(self, point: Point, jobs: int) -> int:
+        # One job at a time runs at a few hundred jobs/s: a quarter of the drain will do.
+        return max(1_000, jobs // 4) if point.concurrency == 1 else jobs
 
     @staticmethod
     def latency_point() -> Point:
