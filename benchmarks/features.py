@@ -1,0 +1,194 @@
+"""Throughput with every feature switched on, and each feature's own cost.
+
+``python -m benchmarks.features --dsn DSN [--rounds 3] [--seconds 5] [--concurrency 100]``
+
+Each run fills a fresh jobs table with the same backlog of no-op jobs (nine in ten of
+the task ``free``, one in twenty each of ``capped`` and ``rated``), far more than a run
+can finish, starts one worker process (``--concurrency``, ``--batch-size`` alike) of
+`benchmarks.features_app`, and counts the jobs done in a window after a warm-up. The
+configurations, in turns within each round so that a drift of the machine's load weighs
+on all alike:
+
+- ``plain``: none of the features below;
+- ``metrics``: the worker serves Prometheus metrics (``--metrics-port``), scraped every
+  second;
+- ``limits``: ``capped`` limited to 50 at once and ``rated`` to 1,000 starts a second
+  (every claim is then the limited one);
+- ``schedules``: 100 schedules, every minute;
+- ``results``: a process holds 100 ``app.result`` waiters on jobs of the backlog at all
+  times (each finished one is replaced), so each completion is announced;
+- ``all``: all of them at once.
+
+It prints each run, the medians, and each configuration against ``plain`` (the ratio of
+the medians, and the median of each round's own ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psycopg
+
+from benchmarks.common import ROOT, with_dbname
+
+DB = "asyncq_bench_features"
+WARMUP = 1.0
+CONFIGS = {
+    "plain": (),
+    "metrics": ("metrics",),
+    "limits": ("limits",),
+    "schedules": ("schedules",),
+    "results": ("results",),
+    "all": ("metrics", "limits", "schedules", "results"),
+}
+
+WAITERS = """
+import asyncio, os, random, sys
+import asyncq
+app = asyncq.App(os.environ["ASYNCQ_DSN"])
+
+async def wait_one(ids):
+    while True:
+        try:
+            await app.result(random.choice(ids), timeout=30)
+        except Exception:
+            pass
+
+async def main():
+    async with app:
+        async with app.connection() as conn:
+            rows = await (await conn.execute("SELECT id FROM asyncq_jobs ORDER BY id")).fetchall()
+        ids = [r[0] for r in rows]
+        print("ready", flush=True)
+        await asyncio.gather(*(wait_one(ids) for _ in range(100)))
+
+asyncio.run(main())
+"""
+
+
+def fill(dsn: str, jobs: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE asyncq_jobs, asyncq_rate_starts, asyncq_result_listeners")
+        conn.execute(
+            "INSERT INTO asyncq_jobs (task_name)"
+            " SELECT CASE n %% 20 WHEN 0 THEN 'capped' WHEN 1 THEN 'rated' ELSE 'free' END"
+            "   FROM generate_series(1, %s) AS n",
+            (jobs,),
+        )
+        conn.execute("VACUUM ANALYZE asyncq_jobs")
+
+
+def done(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM asyncq_jobs WHERE status = 'done'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(dsn: str, features: tuple[str, ...], *, seconds: float, concurrency: int) -> float:
+    """Jobs done per second in the window."""
+    env = dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES=",".join(features))
+    args = [sys.executable, "-m", "asyncq", "worker", "benchmarks.features_app:app"]
+    args += ["--concurrency", str(concurrency), "--batch-size", str(min(concurrency, 100))]
+    port = None
+    if "metrics" in features:
+        port = free_port()
+        args += ["--metrics-port", str(port)]
+    helpers = []
+    if "results" in features:
+        waiters = subprocess.Popen(
+            [sys.executable, "-c", WAITERS], env=env, cwd=ROOT, stdout=subprocess.PIPE
+        )
+        assert waiters.stdout is not None
+        waiters.stdout.readline()  # its waiters are about to register
+        helpers.append(waiters)
+    worker = subprocess.Popen(
+        args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        while not done(dsn):  # the worker has started
+            time.sleep(0.05)
+        time.sleep(WARMUP)
+        before, at = done(dsn), time.monotonic()
+        while time.monotonic() - at < seconds:
+            time.sleep(1.0)
+            if port is not None:  # scraped as Prometheus would, every second
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        after, end = done(dsn), time.monotonic()
+    finally:
+        for proc in [worker, *helpers]:
+            proc.send_signal(signal.SIGTERM)
+        for proc in [worker, *helpers]:
+            proc.wait(30)
+    return (after - before) / (end - at)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.features")
+    parser.add_argument("--dsn", default=os.environ.get("ASYNCQ_BENCH_DSN"), required=False)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=300_000)
+    parser.add_argument("--only", default=",".join(CONFIGS), help="configurations to run")
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("give --dsn or $ASYNCQ_BENCH_DSN")
+    names = [name for name in args.only.split(",") if name]
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations: {sorted(unknown)}")
+
+    with psycopg.connect(args.dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {DB}")
+    dsn = with_dbname(args.dsn, DB)
+    subprocess.run(
+        [sys.executable, "-m", "asyncq", "migrate", "benchmarks.features_app:app"],
+        env=dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES="limits,schedules"),
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    try:
+        for number in range(1, args.rounds + 1):
+            order = names if number % 2 else names[::-1]
+            for name in order:
+                fill(dsn, args.jobs)
+                rate = run(dsn, CONFIGS[name], seconds=args.seconds, concurrency=args.concurrency)
+                rates[name].append(rate)
+                print(f"round {number} {name:<10} {rate:8.0f} jobs/s", flush=True)
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    print()
+    plain = rates.get("plain")
+    for name in names:
+        median = statistics.median(rates[name])
+        runs = " ".join(f"{r:.0f}" for r in rates[name])
+        line = f"{name:<10} median {median:8.0f} jobs/s  (runs {runs})"
+        if plain and name != "plain":
+            ratios = [r / p for p, r in zip(plain, rates[name], strict=True)]
+            line += (
+                f"  vs plain {median / statistics.median(plain):.2f}x"
+                f" (rounds' ratios, median {statistics.median(ratios):.2f}x)"
+            )
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
