@@ -618,8 +618,10 @@ class App:
         is ready or running. Opens the App if it is not open.
 
         Options (defaults and bounds in `asyncq.worker.settings.WorkerSettings`, the same
-        as ``asyncq worker``'s): ``concurrency`` (10), ``batch_size`` (the concurrency, at
-        most 100), ``lease`` (30 s), ``grace`` (20 s), ``poll_interval`` (1 s), ``drain``,
+        as ``asyncq worker``'s): ``concurrency`` (10), ``threads`` (the concurrency: for
+        plain ``def`` tasks), ``prefetch`` (100: the most jobs claimed ahead while jobs are
+        short), ``batch_size`` (the concurrency plus the prefetch, at most 100), ``lease``
+        (30 s), ``grace`` (20 s), ``poll_interval`` (1 s), ``drain``,
         ``handle_signals`` (True), and, advanced, ``listener_health_interval`` (10 s: the
         LISTEN connection checks its health after that long without a notification) and
         ``listener_health_timeout`` (5 s: it gives up after that long without an answer).

@@ -106,10 +106,6 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
-def _prefetch(value: Any, name: str) -> int | None:
-    return None if value is None else _int(0, 10_000)(value, name)
-
-
 def _threads(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
@@ -158,15 +154,16 @@ class WorkerSettings:
         _batch_size,
         "--batch-size",
         metavar="N",
-        help="most jobs claimed by one query (default: the concurrency, at most 100)",
+        help="most jobs claimed by one query (default: the concurrency plus the prefetch,"
+        " at most 100)",
     )
-    prefetch: int | None = option(
-        None,
-        _prefetch,
+    prefetch: int = option(
+        100,
+        _int(0, 10_000),
         "--prefetch",
         metavar="N",
-        help="while jobs are short (under 50 ms), claim up to N more than the concurrency,"
-        " to wait for a free slot (default: half a batch; 0: never)",
+        help="most jobs claimed beyond the concurrency while jobs are short, to wait for a"
+        " free slot: as many as the worker runs in 20 ms (0: never)",
     )
     lease: float = option(
         30.0,
@@ -236,9 +233,7 @@ class WorkerSettings:
             if spec is not None:
                 object.__setattr__(self, f.name, spec.check(getattr(self, f.name), f.name))
         if self.batch_size is None:
-            object.__setattr__(self, "batch_size", min(self.concurrency, 100))
-        if self.prefetch is None:
-            object.__setattr__(self, "prefetch", min(self.batch, self.concurrency) // 2)
+            object.__setattr__(self, "batch_size", min(self.concurrency + self.prefetch, 100))
         if self.threads is None:
             object.__setattr__(self, "threads", min(self.concurrency, 10_000))
 
@@ -254,7 +249,7 @@ class WorkerOptions(TypedDict, total=False):
     concurrency: int
     threads: int | None
     batch_size: int | None
-    prefetch: int | None
+    prefetch: int
     lease: float
     grace: float
     poll_interval: float

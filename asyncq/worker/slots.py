@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-# Jobs are short while their attempts last less than this on average (a moving average).
-SHORT_JOB = 0.05
-# The weight of the latest attempt in that average.
+# Seconds of work a worker holds beyond what it runs: its runners would end that many
+# jobs' worth of attempts in this time, at their average length.
+HOLD = 0.02
+# The weight of the latest attempt in that average (a moving average).
 _WEIGHT = 0.1
 
 
@@ -17,11 +18,13 @@ class Slots:
     them, so that a worker whose writes fall behind claims less instead of piling up
     running rows.
 
-    While jobs are short, ``ahead`` more may be claimed than ``total``: they wait for a
-    runner, so that a runner that ends a job finds the next one here rather than waiting
-    a claim's round trip for it, and the claim overlaps the jobs. With longer jobs none
-    are claimed ahead: such a job could wait on this worker while another sits idle, and
-    a round trip is little against them.
+    While jobs are short, more may be claimed than ``total``: they wait for a runner, so
+    that a runner that ends a job finds the next one here rather than waiting a claim's
+    round trip for it, and the claim overlaps the jobs. How many: as many as the runners
+    end in `HOLD` seconds at the average length of an attempt, at most ``ahead``. So no
+    job claimed ahead waits much longer than `HOLD` while another worker might be idle,
+    and jobs that last longer than that are not claimed ahead at all (a round trip is
+    little against them).
     """
 
     def __init__(self, total: int, *, ahead: int = 0) -> None:
@@ -42,10 +45,12 @@ class Slots:
         average = self.average
         average = seconds if average is None else average + _WEIGHT * (seconds - average)
         self.average = average
-        ahead = self.ahead if average < SHORT_JOB else 0
+        budget = self.total * HOLD  # runner-seconds of work to hold beyond what runs
+        ahead = self.ahead if average * self.ahead <= budget else int(budget / average)
         if ahead != self.ahead_now:
+            if ahead > self.ahead_now:
+                self._freed.set()
             self.ahead_now = ahead
-            self._freed.set()
 
     def take(self, n: int) -> None:
         self.used += n

@@ -126,7 +126,6 @@ class Worker:
         )
         await pool.open(wait=False)
         observer = self.observer
-        assert settings.prefetch is not None
         # Limited tasks: a job claimed ahead would count against its task's limit while it
         # waits, so every claim takes only what can run at once.
         slots = Slots(settings.concurrency, ahead=0 if self.limits else settings.prefetch)

@@ -12,7 +12,7 @@ import pytest
 import asyncq
 from asyncq.job import Job
 from asyncq.worker.observer import AttemptEnded, Observer
-from asyncq.worker.slots import SHORT_JOB, Slots
+from asyncq.worker.slots import HOLD, Slots
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +64,7 @@ async def test_long_jobs_are_not_claimed_ahead(app: asyncq.App, drain: Any) -> N
 
     @app.task(name="ahead.long")
     async def long(n: int) -> None:
-        await watch.job(SHORT_JOB * 2)
+        await watch.job(HOLD * 5)
 
     await long.defer_many([{"n": n} for n in range(12)])
     stats = await drain(concurrency=2, batch_size=2, prefetch=4)
@@ -100,14 +100,19 @@ async def test_a_limited_task_is_never_claimed_ahead(app: asyncq.App, drain: Any
     assert watch.most_held == 2
 
 
-def test_slots_grow_by_prefetch_while_attempts_are_short() -> None:
-    slots = Slots(4, ahead=2)
+def test_slots_hold_the_work_of_a_short_while_beyond_the_runners() -> None:
+    slots = Slots(4, ahead=100)
     assert slots.free == 4  # nothing known yet: no claiming ahead
-    slots.ran(0.001)
-    assert slots.free == 6
-    for _ in range(40):
-        slots.ran(SHORT_JOB * 3)
-    assert slots.free == 4
-    for _ in range(40):
-        slots.ran(0.001)
-    assert slots.free == 6
+    slots.ran(HOLD / 1000)
+    assert slots.free == 104  # very short jobs: the most the option allows
+    for _ in range(100):
+        slots.ran(HOLD / 10)
+    assert slots.free == 4 + 40  # what the runners end in HOLD seconds at that length
+    for _ in range(100):
+        slots.ran(HOLD * 3)
+    assert slots.free == 4 + 1  # four runners end 1.3 such jobs in HOLD seconds
+    for _ in range(100):
+        slots.ran(HOLD * 10)
+    assert slots.free == 4  # none
+    slots.take(4)
+    assert slots.free == 0

@@ -19,12 +19,15 @@ def test_the_defaults() -> None:
     assert (s.queues, s.concurrency, s.batch, s.lease, s.grace, s.poll_interval) == (
         None,
         10,
-        10,
+        100,
         30.0,
         20.0,
         1.0,
     )
+    assert (s.prefetch, s.threads) == (100, 10)
     assert WorkerSettings(concurrency=500).batch == 100
+    # Without claiming ahead, a claim takes no more than can run.
+    assert WorkerSettings(concurrency=20, prefetch=0).batch == 20
     assert WorkerSettings(queues="one").queues == ("one",)
 
 
