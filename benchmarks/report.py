@@ -301,7 +301,9 @@ def _best_detail(best: dict[str, Any], name: str) -> str:
 def _label(point: dict[str, Any]) -> str:
     c = point["concurrency"]
     text = f"c={c if c else 'unlimited'}"
-    if point["batch"] != 1:
+    if point["batch"] == 0:
+        text += " b=default"
+    elif point["batch"] != 1:
         text += f" b={point['batch']}"
     if point["processes"] > 1:
         text += f" x{point['processes']} proc"
@@ -692,7 +694,9 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
         pts = sorted(
             (r["point"][x], r["median_rate"])
             for r in rows
-            if r["system"] == system and all(r["point"][k] == v for k, v in fixed.items())
+            if r["system"] == system
+            and r["point"]["batch"] != 0  # a system's own default batch: no place on an axis
+            and all(r["point"][k] == v for k, v in fixed.items())
         )
         return [p[0] for p in pts], [p[1] for p in pts]
 

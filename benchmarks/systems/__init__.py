@@ -42,7 +42,8 @@ ORDER = ["asyncq", "procrastinate", "pgqueuer", "oban", "saq", "arq", "sql"]
 
 @dataclass(frozen=True)
 class Point:
-    """One worker configuration: jobs run at once, jobs claimed per query, processes."""
+    """One worker configuration: jobs run at once, jobs claimed per query (0: the system's
+    own default), processes."""
 
     concurrency: int
     batch: int
@@ -51,7 +52,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        text = f"c={self.concurrency} b={self.batch}"
+        text = f"c={self.concurrency} b={self.batch or 'default'}"
         if self.processes > 1:
             text += f" x{self.processes} proc"
         return f"{text} {self.variant}".strip()

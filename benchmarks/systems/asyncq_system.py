@@ -150,18 +150,21 @@ class AsyncqSystem(System):
     @staticmethod
     def sweep(quick: bool) -> list[Point]:
         # Concurrency above the batch size lets the next claim go out while a batch runs.
+        # b=default: run_worker()'s own batch size (the concurrency plus the prefetch, at
+        # most 100), as a user who sets only the concurrency gets it.
         if quick:
-            return [Point(10, 10), Point(100, 100), Point(200, 100)]
-        return [Point(c, b) for c in (10, 50, 100, 200) for b in (10, 50, 100) if b <= c]
+            return [Point(10, 0), Point(10, 10), Point(100, 100), Point(200, 100)]
+        points = [Point(c, b) for c in (10, 50, 100, 200) for b in (10, 50, 100) if b <= c]
+        return [Point(10, 0), *points]
 
     @staticmethod
     def default_point() -> Point:
-        # run_worker()'s defaults: concurrency 10, batch_size the concurrency.
-        return Point(10, 10)
+        # run_worker()'s defaults: concurrency 10 and its own batch size.
+        return Point(10, 0)
 
     @staticmethod
     def latency_point() -> Point:
-        return Point(10, 10)
+        return Point(10, 0)
 
 
 SYSTEM = AsyncqSystem
@@ -181,7 +184,7 @@ async def serve(package: str, options: WorkerOptions, ready: Ready) -> None:
         await ready()
         await app.run_worker(
             concurrency=options.concurrency,
-            batch_size=options.batch,
+            batch_size=options.batch or None,
             drain=options.mode == "drain",
         )
 
