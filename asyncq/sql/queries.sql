@@ -107,69 +107,14 @@ SELECT r.task_name, r.queue, r.args::jsonb, r.priority,
 RETURNING id
 
 -- name: claim_any
--- Every claim returns the job's trace_context (NULL unless a traced defer wrote it):
--- here a NULL column of the row being written, which costs the statement and the
--- driver next to nothing, so one statement serves workers with tracing on or off.
--- A paused queue (asyncq_queues.paused_at set) is skipped: its list is read once per claim.
--- The NOT EXISTS is not redundant: with it the planner keeps the ordered scan of the
--- ready index that stops at the LIMIT; faced with "<> ALL" of an array it cannot see,
--- it would sort every ready row first.
--- The lease runs from when the rows are written (clock_timestamp(), read once), not from
--- when the statement began (now()): a claim that waited behind a table lock (a CREATE
--- INDEX, say) still gets a whole lease.
--- The rows are updated by "id = ANY(ARRAY(...))" of the chosen ids, not by a join to
--- them: a join's plan follows the planner's guess of how many rows the LIMIT lets
--- through, and for a prepared statement (LIMIT unknown: a tenth of the ready rows) it
--- was a hash join over every row of the table; = ANY is a look-up in the primary key
--- whatever the guess (the server's instructions per claimed job: 266.9k -> 253.2k in
--- batches of 10).
--- The rows come back in the order they were chosen in (the UPDATE returns them in the
--- order of the primary key): a worker that claims more than it can run at once (claiming
--- ahead) starts them in that order.
-WITH next AS MATERIALIZED (
-    SELECT id FROM asyncq_jobs
-     WHERE status = 'queued' AND run_at <= now()
-       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
-            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
-     ORDER BY priority DESC, run_at, id
-     LIMIT %(limit)s
-       FOR NO KEY UPDATE SKIP LOCKED
-), clock AS MATERIALIZED (SELECT clock_timestamp() AS now), claimed AS (
-UPDATE asyncq_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
-       locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
-       expires_at = clock.now + %(lease)s
-  FROM clock
- WHERE j.id = ANY(ARRAY(SELECT id FROM next))
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
-          j.scheduled_at, j.trace_context::text, j.priority, j.run_at
-)
-SELECT id, task_name, queue, args, attempts, max_attempts, claims, scheduled_at, trace_context
-  FROM claimed
- ORDER BY priority DESC, run_at, id
+-- The plain claim of a worker, in any queue: migration 0009 holds it (a function, so
+-- that it runs on a generic plan), and says how it works.
+SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval, NULL)
 
 -- name: claim_queues
-WITH next AS MATERIALIZED (
-    SELECT id FROM asyncq_jobs
-     WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
-       AND (NOT EXISTS (SELECT FROM asyncq_queues WHERE paused_at IS NOT NULL)
-            OR queue <> ALL(ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL)))
-     ORDER BY priority DESC, run_at, id
-     LIMIT %(limit)s
-       FOR NO KEY UPDATE SKIP LOCKED
-), clock AS MATERIALIZED (SELECT clock_timestamp() AS now), claimed AS (
-UPDATE asyncq_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
-       locked_by = %(worker)s, locked_at = clock.now, lease = %(lease)s,
-       expires_at = clock.now + %(lease)s
-  FROM clock
- WHERE j.id = ANY(ARRAY(SELECT id FROM next))
-RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts, j.claims,
-          j.scheduled_at, j.trace_context::text, j.priority, j.run_at
-)
-SELECT id, task_name, queue, args, attempts, max_attempts, claims, scheduled_at, trace_context
-  FROM claimed
- ORDER BY priority DESC, run_at, id
+-- The plain claim in the worker's queues (see claim_any).
+SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
+                           %(queues)s::text[])
 
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
