@@ -78,7 +78,18 @@ class WorkerFacts(NamedTuple):
 def _fence(worker: str, jobs: Sequence[Job]) -> dict[str, Any]:
     """The parameters every write after the claim is fenced on: this worker, each job's
     id and the claim it holds it by."""
-    return {"worker": worker, "ids": [j.id for j in jobs], "claims": [j.claim for j in jobs]}
+    return {
+        "worker": worker,
+        "ids": _bigint_array([j.id for j in jobs]),
+        "claims": _bigint_array([j.claim for j in jobs]),
+    }
+
+
+def _bigint_array(values: list[int]) -> str:
+    """``values`` in PostgreSQL's text form of an array (the query casts it to bigint[]).
+    psycopg dumps a list one element at a time in Python (about 0.4 µs each): for the two
+    arrays of every outcome write, more than the worker's own bookkeeping of the job."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 # The insert of jobs given as a JSON array, by (grouped, traced).

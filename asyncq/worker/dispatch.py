@@ -41,6 +41,7 @@ import anyio
 
 from asyncq.job import Job
 from asyncq.worker.executor import Executor, RunnableTask
+from asyncq.worker.handoff import Handoff
 from asyncq.worker.observer import Observer
 from asyncq.worker.outcomes import Outcome, Stop, decide
 from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
@@ -86,15 +87,19 @@ class Dispatcher:
         # Observers with a hook around attempts: without one, an attempt calls nothing more.
         self._watched = observer.watches_attempts
         self.held: dict[int, Attempt] = {}
-        self._queue: asyncio.Queue[Attempt | None] = asyncio.Queue()
+        self._queue: Handoff[Attempt | None] = Handoff()
         self._runners: set[asyncio.Task[None]] = set()
         self._ended = asyncio.Event()
         self._closed = False
         self.fence_after = lease * FENCE_AFTER
         self._fence: asyncio.TimerHandle | None = None
+        # Read once, by start(): asyncio.get_running_loop() and current_task() make a
+        # system call each (getpid, before Python 3.12), which per job cost more than all
+        # of the dispatcher's own bookkeeping.
+        self._loop: asyncio.AbstractEventLoop
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         for _ in range(self.concurrency):
             runner = loop.create_task(self._runner())
             self._runners.add(runner)
@@ -110,10 +115,10 @@ class Dispatcher:
             # Claimed again here (reaped while this worker was frozen, say): the earlier
             # claim is gone, and with it anything its attempt would write.
             self.lose(earlier, f"claimed again here as attempt {job.attempt}")
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         attempt = Attempt(job, renewed=now if sent is None else sent)
         self.held[job.id] = attempt
-        self._queue.put_nowait(attempt)
+        self._queue.put(attempt)
         if not self._fenced(attempt, now):  # a claim that took most of a lease: never run it
             self._fence_at(attempt.renewed + self.fence_after)
 
@@ -164,12 +169,12 @@ class Dispatcher:
             if timer.when() <= when:
                 return
             timer.cancel()
-        self._fence = asyncio.get_running_loop().call_at(when, self._check_fence)
+        self._fence = self._loop.call_at(when, self._check_fence)
 
     def _check_fence(self) -> None:
         """Stop every attempt whose lease has not been renewed for `fence_after`."""
         self._fence = None
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         earliest: float | None = None
         for attempt in list(self.held.values()):
             if attempt.state is State.ENDED or self._fenced(attempt, now):
@@ -206,11 +211,13 @@ class Dispatcher:
 
     async def _runner(self) -> None:
         queue = self._queue
+        runner = asyncio.current_task()
+        assert runner is not None
         while not self._closed:
             attempt = await queue.get()
             if attempt is None:
                 return
-            outcome = await self._run(attempt)
+            outcome = await self._run(attempt, runner)
             attempt.state = State.ENDED
             self._ended.set()
             if outcome is None or self._closed:
@@ -220,7 +227,7 @@ class Dispatcher:
                 self.slots.give_back(to_write=True)
                 self.submit(outcome)
 
-    async def _run(self, attempt: Attempt) -> Outcome | None:
+    async def _run(self, attempt: Attempt, runner: asyncio.Task[None]) -> Outcome | None:
         job = attempt.job
         task = self.tasks.get(job.task_name)
         ended = self.observer.running(job) if self._watched else None
@@ -230,15 +237,11 @@ class Dispatcher:
             if ended is not None:
                 ended(outcome, cancelled, attempt.stop)
             return outcome
-        runner = asyncio.current_task()
-        assert runner is not None
         attempt.runner = runner
         attempt.state = State.RUNNING
         timer = None
         if task is not None and task.timeout is not None:
-            timer = asyncio.get_running_loop().call_later(
-                task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT
-            )
+            timer = self._loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)
         result = error = None
         started = time.perf_counter()  # the loop's clock may tick in milliseconds (uvloop)
         try:
@@ -299,7 +302,7 @@ class Dispatcher:
             self._fence.cancel()
             self._fence = None
         for _ in range(len(self._runners)):
-            self._queue.put_nowait(None)
+            self._queue.put(None)
         for attempt in stubborn:
             self.forget(attempt)
         if stubborn:
