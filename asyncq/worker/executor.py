@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from datetime import UTC
 from typing import Any, Protocol
 
 from asyncq import codec
 from asyncq.errors import TaskNotFound
-from asyncq.job import Job, JobContext, reset_current_job, set_current_job
+from asyncq.job import Job, JobContext, current_job, reset_current_job, set_current_job
 from asyncq.worker.outcomes import Policy
 from asyncq.worker.threads import Threads
 
@@ -55,17 +54,7 @@ class Executor:
     async def run(self, job: Job, task: RunnableTask | None) -> Any:
         """Run ``job`` with ``task`` (None: unknown here) to its end; returns its result."""
         stop = threading.Event() if task is not None and task.blocking else None
-        context = JobContext(
-            id=job.id,
-            task_name=job.task_name,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            worker=self.worker,
-            scheduled_at=None if job.scheduled_at is None else job.scheduled_at.astimezone(UTC),
-            stop_event=stop,
-        )
-        token = set_current_job(context)
+        token = set_current_job(job, self.worker, stop)
         try:
             if task is None:
                 raise TaskNotFound(
@@ -76,11 +65,11 @@ class Executor:
             if stop is None:
                 if not self.middleware:
                     return await task.call_stored(args)
-                return await self._chain(context, lambda: task.call_stored(args))
+                return await self._chain(current_job(), lambda: task.call_stored(args))
             call = task.prepare_stored(args)
             label = f"job {job.id} ({job.task_name})"
             return await self._chain(
-                context, lambda: self.threads.run(call, stop=stop, label=label)
+                current_job(), lambda: self.threads.run(call, stop=stop, label=label)
             )
         finally:
             reset_current_job(token)
