@@ -44,7 +44,7 @@ class Completer:
         store: Store,
         worker: str,
         observer: Observer,
-        on_written: Callable[[Job], None],
+        on_written: Callable[[Sequence[Job]], None],
         storable: Callable[[str], str],
     ) -> None:
         self.kept = KeptConnection(pool)
@@ -149,13 +149,13 @@ class Completer:
     def _written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
         observer = self.observer
         for outcome in batch:
-            job = outcome.job
-            status = statuses.get(job.id)
+            status = statuses.get(outcome.job.id)
             if status is None:
-                observer.lease_lost(job, f"before its outcome ({outcome.kind.value}) was written")
+                why = f"before its outcome ({outcome.kind.value}) was written"
+                observer.lease_lost(outcome.job, why)
             else:
                 observer.finished(outcome, status)
-            self.on_written(job)
+        self.on_written([outcome.job for outcome in batch])
 
     async def _write_each(self, batch: list[Outcome], error: Exception) -> None:
         """The database refused the batch for good: find the outcome at fault. What is
@@ -202,7 +202,7 @@ class Completer:
             if is_transient(exc):
                 raise
             self.observer.unrecorded(outcome, exc)
-            self.on_written(job)  # no longer held: the lease brings the job back
+            self.on_written([job])  # no longer held: the lease brings the job back
             return
         self._written([failed], statuses)
 

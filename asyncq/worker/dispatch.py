@@ -34,7 +34,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -119,8 +119,11 @@ class Dispatcher:
         attempt = Attempt(job, renewed=now if sent is None else sent)
         self.held[job.id] = attempt
         self._queue.put(attempt)
-        if not self._fenced(attempt, now):  # a claim that took most of a lease: never run it
-            self._fence_at(attempt.renewed + self.fence_after)
+        due = attempt.renewed + self.fence_after
+        if now >= due:  # a claim that took most of a lease: never run it
+            self._fenced(attempt, now)
+        elif self._fence is None or self._fence.when() > due:
+            self._fence_at(due)
 
     def stop_attempt(self, attempt: Attempt, why: Stop) -> None:
         """Stop ``attempt`` for ``why``: at once if it runs, else before it starts."""
@@ -198,11 +201,14 @@ class Dispatcher:
         if self.held.get(attempt.job.id) is attempt:
             del self.held[attempt.job.id]
 
-    def written(self, job: Job) -> None:
-        """``job``'s outcome is written (or can never be): stop holding that claim."""
-        attempt = self.held.get(job.id)
-        if attempt is not None and attempt.job.claim == job.claim:
-            del self.held[job.id]
+    def written(self, jobs: Sequence[Job]) -> None:
+        """The outcomes of ``jobs`` are written (or can never be): stop holding those
+        claims."""
+        held = self.held
+        for job in jobs:
+            attempt = held.get(job.id)
+            if attempt is not None and attempt.job.claim == job.claim:
+                del held[job.id]
 
     def attempts(self) -> list[Attempt]:
         return list(self.held.values())

@@ -67,8 +67,8 @@ class Slots:
             self.unwritten += 1
         self._freed.set()
 
-    def written(self) -> None:
-        self.unwritten -= 1
+    def written(self, n: int) -> None:
+        self.unwritten -= n
         self._freed.set()
 
     async def wait_free(self, at_least: int) -> None:

@@ -133,9 +133,9 @@ class Worker:
         assert settings.threads is not None
         threads = Threads(settings.threads)
 
-        def written(job: Job) -> None:
-            slots.written()
-            dispatcher.written(job)
+        def written(jobs: Sequence[Job]) -> None:
+            slots.written(len(jobs))
+            dispatcher.written(jobs)
 
         completer = Completer(
             pool=pool,
