@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -28,7 +29,6 @@ from typing import Any
 import psycopg
 
 from asyncq import App
-from asyncq.store import QUERIES
 from benchmarks.common import connect, recreate_database, workers
 from benchmarks.measure import worker_args
 from benchmarks.systems import Point
@@ -72,12 +72,29 @@ def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def explain_claim(conn: psycopg.AsyncConnection[Any]) -> dict[str, Any]:
-    """One claim under EXPLAIN (ANALYZE, BUFFERS), rolled back."""
-    params = {"worker": "explain", "limit": CLAIM_LIMIT, "lease": "30 seconds"}
-    cur = psycopg.AsyncClientCursor(conn)
+    """One claim under EXPLAIN (ANALYZE, BUFFERS), rolled back: the any-queue statement of
+    the claim function (migration 0009), run as the function runs it, on a generic plan
+    with the function's arguments as parameters (EXPLAIN of the function's call would
+    show a function scan, not the plan inside)."""
     async with conn.transaction(force_rollback=True):
-        await cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + QUERIES["claim_any"], params)
-        row = await cur.fetchone()
+        cur = await conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'asyncq_claim'")
+        found = await cur.fetchone()
+        assert found is not None, "no asyncq_claim function: migrate first"
+        statement = str(found[0]).split("RETURN QUERY")[1].split(";")[0]
+        for number, arg in enumerate(("p_worker", "p_limit", "p_lease", "p_queues"), 1):
+            statement = re.sub(rf"\b{arg}\b", f"${number}", statement)
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.execute(
+            f"PREPARE asyncq_history_claim(text, int, interval, text[]) AS {statement}"  # type: ignore[arg-type]
+        )
+        try:
+            cur = await conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE asyncq_history_claim("  # type: ignore[arg-type]
+                f"'explain', {CLAIM_LIMIT}, '30 seconds', NULL)"
+            )
+            row = await cur.fetchone()
+        finally:
+            await conn.execute("DEALLOCATE asyncq_history_claim")
     assert row is not None
     doc = row[0] if isinstance(row[0], list) else json.loads(row[0])
     plan = doc[0]
