@@ -317,16 +317,12 @@ def test_the_runner_closes_its_threads_old_connections(shop: ModuleType, django_
     from django.db import connection
 
     from asyncq.contrib.django import runner
-    from asyncq.job import JobContext, reset_current_job, set_current_job
+    from asyncq.job import Job, reset_current_job, set_current_job
 
     placed = order()
     connection.ensure_connection()
     assert connection.connection is not None
-    token = set_current_job(
-        JobContext(
-            id=1, task_name=runner.SYNC_TASK, queue="default", attempt=1, max_attempts=1, worker="w"
-        )
-    )
+    token = set_current_job(Job(1, runner.SYNC_TASK, "default", "{}", 1, 1, 1), "w")
     try:
         returned = runner.run(shop.confirm.module_path, [placed.pk], {}, "default", "default", 0)
     finally:
@@ -341,7 +337,7 @@ def test_the_runner_sends_djangos_signals(shop: ModuleType, django_db: Any) -> N
     from django.tasks.signals import task_finished, task_started
 
     from asyncq.contrib.django import runner
-    from asyncq.job import JobContext, reset_current_job, set_current_job
+    from asyncq.job import Job, reset_current_job, set_current_job
 
     seen: list[tuple[str, str, int, list[str]]] = []
 
@@ -357,14 +353,7 @@ def test_the_runner_sends_djangos_signals(shop: ModuleType, django_db: Any) -> N
     try:
         for attempt in (1, 2):
             token = set_current_job(
-                JobContext(
-                    id=9,
-                    task_name=runner.SYNC_TASK,
-                    queue="default",
-                    attempt=attempt,
-                    max_attempts=2,
-                    worker="w",
-                )
+                Job(9, runner.SYNC_TASK, "default", "{}", attempt, 2, attempt), "w"
             )
             try:
                 with pytest.raises(shop.PaymentDeclined):
