@@ -93,6 +93,74 @@ async def test_a_rare_limited_task_is_found_without_reading_the_backlog(
     assert by_index < 200, by_index
 
 
+async def test_the_free_tasks_are_found_past_a_backlog_held_by_its_rate_limit(
+    throwaway_dsn: str,
+) -> None:
+    """A rate-limited task whose starts are used up holds 30,000 ready jobs at the head of
+    the ready order; the claim takes the free task's jobs behind them without reading
+    them all."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO asyncq_jobs (task_name, run_at)"
+                " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, %s)",
+                (BACKLOG,),
+            )
+            db.execute(
+                "INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 50)"
+            )
+            db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
+            db.execute("VACUUM ANALYZE asyncq_jobs")
+        claimed, by_index, by_scan = await claim_and_count_reads(app)
+    assert claimed == ["free"] * 10
+    assert by_scan == 0
+    assert by_index < 200, by_index
+
+
+async def test_past_a_held_backlog_the_free_jobs_come_in_the_claims_order(
+    throwaway_dsn: str,
+) -> None:
+    """Behind a held backlog, the unlimited jobs are taken task by task and merged: by
+    priority, then run_at, over every task not limited (a task this App does not know
+    included), from the worker's queues that are not paused, and none not yet due."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+
+            def job(task: str, ago: str, priority: int = 0, queue: str = "default") -> int:
+                row = db.execute(
+                    "INSERT INTO asyncq_jobs (task_name, queue, priority, run_at)"
+                    " VALUES (%s, %s, %s, now() - %s::interval) RETURNING id",
+                    (task, queue, priority, ago),
+                ).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            for _ in range(50):
+                job("rated", "5 hours", priority=9)
+            db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
+            job("free", "30 minutes")  # written first, but beyond the batch
+            job("ghost", "10 minutes")
+            expected = [
+                job("free", "0 seconds", priority=5),
+                job("ghost", "1 hour"),
+                job("free", "2 hours"),
+                job("ghost", "3 hours"),
+            ]
+            job("free", "6 hours", priority=9, queue="held")
+            db.execute("INSERT INTO asyncq_queues (name, paused_at) VALUES ('held', now())")
+            job("free", "-1 hour", priority=9)  # not due
+            job("free", "7 hours", priority=9, queue="elsewhere")
+        params = claim_params(app) | {"limit": 4, "queues": ["default", "held"]}
+        async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+            cur = await conn.execute(app.store.q["claim_limited"], params)
+            claimed = [row[0] for row in await cur.fetchall()]
+    assert sorted(claimed) == sorted(expected)
+
+
 async def test_without_the_index_a_worker_with_limits_says_so(
     throwaway_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
