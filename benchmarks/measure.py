@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from psycopg import sql
 
 from benchmarks.common import WorkerProcess, connect, percentile, workers
-from benchmarks.systems import Point, System, time_calls
+from benchmarks.systems import SHORT_GAP, Point, System, time_calls
 
 POLL_INTERVAL = 0.01
 PRELOAD_CHUNK = 5000
@@ -195,7 +195,7 @@ async def latency_in_turns(systems: list[System], count: int, log_dir: Path) -> 
         samples: dict[str, list[float]] = {system.name: [] for system in systems}
         for i in range(count + 5):
             for system in random.sample(systems, len(systems)):
-                await asyncio.sleep(random.uniform(0.010, 0.020))
+                await asyncio.sleep(random.uniform(*SHORT_GAP))
                 sent_at = time.time()
                 await system.enqueue_stamp(sent_at)
                 value = await procs[system.name].next_latency(within=15.0)

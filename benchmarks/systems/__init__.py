@@ -26,6 +26,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# The pause before each pickup-latency job of a worker that wakes on a notification.
+SHORT_GAP = (0.010, 0.020)
 MODULES = {
     "asyncq": "benchmarks.systems.asyncq_system",
     "procrastinate": "benchmarks.systems.procrastinate_system",
@@ -228,7 +230,7 @@ class System(ABC):
         seconds). A worker that polls every P seconds needs a range as wide as P: with a
         short pause each job would be sent just after the poll that picked up the last one,
         and wait nearly all of P every time."""
-        return (0.010, 0.020)
+        return SHORT_GAP
 
     @staticmethod
     def default_point() -> Point | None:
