@@ -119,46 +119,73 @@ async def test_the_free_tasks_are_found_past_a_backlog_held_by_its_rate_limit(
     assert by_index < 200, by_index
 
 
+def held_backlog_and_free_jobs(db: psycopg.Connection[Any]) -> list[int]:
+    """50 jobs of a rate-limited task whose starts are used up, at the head of the ready
+    order, and behind them the unlimited jobs of two tasks (one this App does not know):
+    the ids of the first four in the claim's order (by priority, then run_at), which is
+    not the order they were written in."""
+
+    def job(task: str, ago: str, priority: int = 0, queue: str = "default") -> int:
+        row = db.execute(
+            "INSERT INTO asyncq_jobs (task_name, queue, priority, run_at)"
+            " VALUES (%s, %s, %s, now() - %s::interval) RETURNING id",
+            (task, queue, priority, ago),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for _ in range(50):
+        job("rated", "5 hours", priority=9)
+    db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
+    job("free", "30 minutes")  # written first, but beyond the batch
+    job("ghost", "10 minutes")
+    first = [
+        job("free", "0 seconds", priority=5),
+        job("ghost", "1 hour"),
+        job("free", "2 hours"),
+        job("ghost", "3 hours"),
+    ]
+    job("free", "-1 hour", priority=9)  # not due
+    job("free", "6 hours", priority=9, queue="held")
+    job("free", "7 hours", priority=9, queue="elsewhere")
+    return first
+
+
+async def claim_ids(app: asyncq.App, **params: Any) -> list[int]:
+    async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+        cur = await conn.execute(app.store.q["claim_limited"], claim_params(app) | params)
+        return sorted(row[0] for row in await cur.fetchall())
+
+
 async def test_past_a_held_backlog_the_free_jobs_come_in_the_claims_order(
     throwaway_dsn: str,
 ) -> None:
-    """Behind a held backlog, the unlimited jobs are taken task by task and merged: by
-    priority, then run_at, over every task not limited (a task this App does not know
-    included), from the worker's queues that are not paused, and none not yet due."""
+    """Behind a held backlog, a worker of every queue takes the unlimited jobs task by
+    task and merges them: by priority, then run_at, over every task not limited (a task
+    this App does not know included), and none not yet due."""
     app = limited_app(throwaway_dsn)
     async with app:
         await app.migrate()
         with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            first = held_backlog_and_free_jobs(db)
+            db.execute("DELETE FROM asyncq_jobs WHERE queue <> 'default'")
+        assert await claim_ids(app, limit=4) == sorted(first)
 
-            def job(task: str, ago: str, priority: int = 0, queue: str = "default") -> int:
-                row = db.execute(
-                    "INSERT INTO asyncq_jobs (task_name, queue, priority, run_at)"
-                    " VALUES (%s, %s, %s, now() - %s::interval) RETURNING id",
-                    (task, queue, priority, ago),
-                ).fetchone()
-                assert row is not None
-                return int(row[0])
 
-            for _ in range(50):
-                job("rated", "5 hours", priority=9)
-            db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
-            job("free", "30 minutes")  # written first, but beyond the batch
-            job("ghost", "10 minutes")
-            expected = [
-                job("free", "0 seconds", priority=5),
-                job("ghost", "1 hour"),
-                job("free", "2 hours"),
-                job("ghost", "3 hours"),
-            ]
-            job("free", "6 hours", priority=9, queue="held")
+async def test_past_a_held_backlog_a_worker_of_some_queues_takes_only_theirs(
+    throwaway_dsn: str,
+) -> None:
+    """The same for a worker of some queues, one of them paused: the jobs of the other
+    queue and of the paused one are left, in the claim's order all the same."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            first = held_backlog_and_free_jobs(db)
             db.execute("INSERT INTO asyncq_queues (name, paused_at) VALUES ('held', now())")
-            job("free", "-1 hour", priority=9)  # not due
-            job("free", "7 hours", priority=9, queue="elsewhere")
-        params = claim_params(app) | {"limit": 4, "queues": ["default", "held"]}
-        async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
-            cur = await conn.execute(app.store.q["claim_limited"], params)
-            claimed = [row[0] for row in await cur.fetchall()]
-    assert sorted(claimed) == sorted(expected)
+            assert await claim_ids(app, limit=4, queues=["default", "held"]) == sorted(first)
+            db.execute("DELETE FROM asyncq_jobs WHERE queue = 'elsewhere'")
+            assert await claim_ids(app, limit=4) == sorted(first)  # every queue, one paused
 
 
 async def test_without_the_index_a_worker_with_limits_says_so(

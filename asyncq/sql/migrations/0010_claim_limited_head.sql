@@ -7,8 +7,9 @@
 --
 -- Now the claim reads the first 2 * p_limit ready jobs. If the unlimited tasks' jobs
 -- among them fill the batch, or there are no more, those are the unlimited ones, as
--- before. Otherwise limited jobs crowd the head, and the unlimited jobs are taken task by
--- task from asyncq_jobs_ready_by_task, then merged in the claim's order:
+-- before. Otherwise limited jobs crowd the head, and, for a worker of every queue while
+-- no queue is paused, the unlimited jobs are taken task by task from
+-- asyncq_jobs_ready_by_task, then merged in the claim's order:
 -- - the tasks with ready jobs, each found with the first entry of its jobs in the index by
 --   one look-up past the task before (a loose index scan);
 -- - each unlimited task's first p_limit jobs that may run now, read from that entry on:
@@ -16,8 +17,16 @@
 --   the task's start would step over them again. The index orders a task's jobs by
 --   priority descending, so "from that entry on" is two ranges: its priority from its
 --   (run_at, id) on, then the lower priorities.
--- That reads at most p_limit jobs per unlimited task, however many limited jobs wait
--- ahead of them. The list of paused queues is read once, into a variable, for all.
+-- That reads at most about p_limit jobs per unlimited task, however many limited jobs
+-- wait ahead of them. Not so for a worker of some queues, or while a queue is paused:
+-- the index cannot skip another queue's jobs, and a task with a large backlog in a queue
+-- the worker does not take would be read whole on every claim. Those claims read the
+-- ready order past the limited jobs, as before. The list of paused queues is read once, into a variable.
+--
+-- The candidates are read by statements before the one that claims, each with its own
+-- snapshot, so the claim checks again that each job it locks is still due and in a queue
+-- it may take, as well as still queued (another worker may have claimed it and put it
+-- back for later meanwhile).
 --
 -- The function keeps its arguments and its rows, so that workers of schema versions 7 to
 -- 9 call it as they did. The rest is as migration 0007 says.
@@ -41,7 +50,7 @@ BEGIN
     AS $function$
     DECLARE
         v_paused text[];
-        v_seen int;
+        v_seen bigint;
         v_ids bigint[];
         v_priorities int[];
         v_run_ats timestamptz[];
@@ -49,7 +58,7 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hashtext('asyncq.limits.' || current_schema()));
         v_paused := ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL);
 
-        SELECT count(*)::int,
+        SELECT count(*),
                (array_agg(h.id ORDER BY h.priority DESC, h.run_at, h.id)
                     FILTER (WHERE h.task_name <> ALL(p_names::text[])))[1:p_limit],
                (array_agg(h.priority ORDER BY h.priority DESC, h.run_at, h.id)
@@ -63,9 +72,22 @@ BEGIN
                    AND (p_queues::text[] IS NULL OR queue = ANY(p_queues::text[]))
                    AND array_position(v_paused, queue) IS NULL
                  ORDER BY priority DESC, run_at, id
-                 LIMIT 2 * p_limit) AS h;
+                 LIMIT 2::bigint * p_limit) AS h;
 
-        IF coalesce(cardinality(v_ids), 0) < p_limit AND v_seen = 2 * p_limit THEN
+        IF coalesce(cardinality(v_ids), 0) >= p_limit OR v_seen < 2::bigint * p_limit THEN
+            NULL;  -- the head held them all
+        ELSIF p_queues IS NOT NULL OR cardinality(v_paused) > 0 THEN
+            SELECT array_agg(u.id), array_agg(u.priority), array_agg(u.run_at)
+              INTO v_ids, v_priorities, v_run_ats
+              FROM (SELECT id, priority, run_at
+                      FROM asyncq_jobs
+                     WHERE status = 'queued' AND run_at <= now()
+                       AND task_name <> ALL(p_names::text[])
+                       AND (p_queues::text[] IS NULL OR queue = ANY(p_queues::text[]))
+                       AND array_position(v_paused, queue) IS NULL
+                     ORDER BY priority DESC, run_at, id
+                     LIMIT p_limit) AS u;
+        ELSE
             WITH RECURSIVE task AS (
                 SELECT f.task_name, f.priority, f.run_at, f.id
                   FROM (SELECT task_name, priority, run_at, id
@@ -92,8 +114,6 @@ BEGIN
                           WHERE status = 'queued' AND run_at <= now()
                             AND task_name = t.task_name AND priority = t.priority
                             AND (run_at, id) >= (t.run_at, t.id)
-                            AND (p_queues::text[] IS NULL OR queue = ANY(p_queues::text[]))
-                            AND array_position(v_paused, queue) IS NULL
                           ORDER BY task_name, priority DESC, run_at, id
                           LIMIT p_limit)
                         UNION ALL
@@ -101,8 +121,6 @@ BEGIN
                            FROM asyncq_jobs
                           WHERE status = 'queued' AND run_at <= now()
                             AND task_name = t.task_name AND priority < t.priority
-                            AND (p_queues::text[] IS NULL OR queue = ANY(p_queues::text[]))
-                            AND array_position(v_paused, queue) IS NULL
                           ORDER BY task_name, priority DESC, run_at, id
                           LIMIT p_limit)) AS j
                  WHERE t.task_name <> ALL(p_names::text[])
@@ -211,6 +229,9 @@ BEGIN
             SELECT j.id, j.task_name
               FROM asyncq_jobs j
              WHERE j.id IN (SELECT id FROM picked) AND j.status = 'queued'
+               AND j.run_at <= now()
+               AND (p_queues::text[] IS NULL OR j.queue = ANY(p_queues::text[]))
+               AND array_position(v_paused, j.queue) IS NULL
                FOR NO KEY UPDATE SKIP LOCKED
         ),
         started AS (
