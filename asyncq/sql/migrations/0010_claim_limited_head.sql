@@ -21,7 +21,9 @@
 -- wait ahead of them. Not so for a worker of some queues, or while a queue is paused:
 -- the index cannot skip another queue's jobs, and a task with a large backlog in a queue
 -- the worker does not take would be read whole on every claim. Those claims read the
--- ready order past the limited jobs, as before. The list of paused queues is read once, into a variable.
+-- ready order past the limited jobs, as before. The list of paused queues is read once,
+-- into a variable. Only the head's unlimited jobs are cut to p_limit in the claim's order;
+-- the others come p_limit at most, and the claim orders all candidates again.
 --
 -- The candidates are read by statements before the one that claims, each with its own
 -- snapshot, so the claim checks again that each job it locks is still due and in a queue
@@ -127,9 +129,7 @@ BEGIN
                  ORDER BY j.priority DESC, j.run_at, j.id
                  LIMIT p_limit
             )
-            SELECT array_agg(f.id ORDER BY f.priority DESC, f.run_at, f.id),
-                   array_agg(f.priority ORDER BY f.priority DESC, f.run_at, f.id),
-                   array_agg(f.run_at ORDER BY f.priority DESC, f.run_at, f.id)
+            SELECT array_agg(f.id), array_agg(f.priority), array_agg(f.run_at)
               INTO v_ids, v_priorities, v_run_ats
               FROM first f;
         END IF;
