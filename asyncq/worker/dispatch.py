@@ -33,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from time import perf_counter
 
 import anyio
 
@@ -216,60 +216,64 @@ class Dispatcher:
     # -- runners ----------------------------------------------------------------------
 
     async def _runner(self) -> None:
+        # One coroutine runs attempt after attempt: what an attempt costs the worker is
+        # paid per job, so the attempt is run here rather than in a coroutine of its own,
+        # and a claimed attempt already waiting is taken without suspending.
         queue = self._queue
+        waiting = queue.items
         runner = asyncio.current_task()
         assert runner is not None
+        tasks, executor, slots, observer = self.tasks, self.executor, self.slots, self.observer
+        loop = self._loop
         while not self._closed:
-            attempt = await queue.get()
+            attempt = waiting.popleft() if waiting else await queue.get()
             if attempt is None:
                 return
-            outcome = await self._run(attempt, runner)
+            job = attempt.job
+            task = tasks.get(job.task_name)
+            ended = observer.running(job) if self._watched else None
+            stop = attempt.stop
+            if stop is not None:  # stopped before it started
+                error: BaseException | None = asyncio.CancelledError()
+                outcome = decide(job, task, error=error, stop=stop)
+            else:
+                attempt.runner = runner
+                attempt.state = State.RUNNING
+                timer = None
+                if task is not None and task.timeout is not None:
+                    timer = loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)
+                result = error = None
+                started = perf_counter()  # the loop's clock may tick in milliseconds (uvloop)
+                try:
+                    result = await executor.run(job, task)
+                except BaseException as exc:  # noqa: BLE001 - a job's failure must never stop the worker
+                    error = exc  # CancelledError included: the worker's stop, or the task's own
+                finally:
+                    attempt.runner = None
+                    if timer is not None:
+                        timer.cancel()
+                    # Take back the worker's cancellation (delivered, or swallowed by the
+                    # task), and any the task left behind, so that none reaches the runner's
+                    # next attempt.
+                    while runner.cancelling():
+                        runner.uncancel()
+                    attempt.cancels = 0
+                duration = perf_counter() - started
+                slots.ran(duration)
+                stop = attempt.stop
+                outcome = decide(
+                    job, task, result=result, error=error, stop=stop, duration=duration
+                )
+            if ended is not None:
+                ended(outcome, error, stop)
             attempt.state = State.ENDED
             self._ended.set()
             if outcome is None or self._closed:
-                self.slots.give_back(to_write=False)
+                slots.give_back(to_write=False)
                 self.forget(attempt)
             else:
-                self.slots.give_back(to_write=True)
+                slots.give_back(to_write=True)
                 self.submit(outcome)
-
-    async def _run(self, attempt: Attempt, runner: asyncio.Task[None]) -> Outcome | None:
-        job = attempt.job
-        task = self.tasks.get(job.task_name)
-        ended = self.observer.running(job) if self._watched else None
-        if attempt.stop is not None:  # stopped before it started
-            cancelled = asyncio.CancelledError()
-            outcome = decide(job, task, error=cancelled, stop=attempt.stop)
-            if ended is not None:
-                ended(outcome, cancelled, attempt.stop)
-            return outcome
-        attempt.runner = runner
-        attempt.state = State.RUNNING
-        timer = None
-        if task is not None and task.timeout is not None:
-            timer = self._loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)
-        result = error = None
-        started = time.perf_counter()  # the loop's clock may tick in milliseconds (uvloop)
-        try:
-            result = await self.executor.run(job, task)
-        except BaseException as exc:  # noqa: BLE001 - a job's failure must never stop the worker
-            error = exc  # CancelledError included: the worker's stop, or the task's own
-        finally:
-            attempt.runner = None
-            if timer is not None:
-                timer.cancel()
-            # Take back the worker's cancellation (delivered, or swallowed by the task), and
-            # any the task left behind, so that none reaches the runner's next attempt.
-            while runner.cancelling():
-                runner.uncancel()
-            attempt.cancels = 0
-        duration = time.perf_counter() - started
-        self.slots.ran(duration)
-        stop = attempt.stop
-        outcome = decide(job, task, result=result, error=error, stop=stop, duration=duration)
-        if ended is not None:
-            ended(outcome, error, stop)
-        return outcome
 
     def _runner_ended(self, runner: asyncio.Task[None]) -> None:
         self._runners.discard(runner)

@@ -18,17 +18,17 @@ T = TypeVar("T")
 
 class Handoff(Generic[T]):
     def __init__(self) -> None:
-        self._items: deque[T] = deque()
+        self.items: deque[T] = deque()  # not handed over yet: a runner may pop one itself
         self._waiting: deque[asyncio.Future[T]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def put(self, item: T) -> None:
         if not self._hand(item):
-            self._items.append(item)
+            self.items.append(item)
 
     async def get(self) -> T:
-        if self._items:
-            return self._items.popleft()
+        if self.items:
+            return self.items.popleft()
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = self._loop.create_future()
@@ -39,7 +39,7 @@ class Handoff(Generic[T]):
             if waiter.done() and not waiter.cancelled():
                 item = waiter.result()  # handed over, but this runner never took it
                 if not self._hand(item):
-                    self._items.appendleft(item)
+                    self.items.appendleft(item)
             raise
 
     def _hand(self, item: T) -> bool:
