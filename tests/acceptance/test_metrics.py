@@ -36,15 +36,19 @@ def test_a_worker_serves_its_metrics(db, workers: Workers) -> None:
     workers.start("--metrics-port", str(port))
     insert_jobs(db, NOOP, [{"n": n} for n in range(20)])
     insert_jobs(db, FAIL, [{"tag": 1}], max_attempts=1)
+    insert_jobs(db, FAIL, [{"tag": 2}], max_attempts=2)  # retried once, then failed
 
     def finished() -> dict:
         found = scrape(port)
         done = found.get(("asyncq_jobs_finished_total", (("outcome", "done"), ("task", NOOP))))
         failed = found.get(("asyncq_jobs_finished_total", (("outcome", "failed"), ("task", FAIL))))
-        return found if done == 20 and failed == 1 else {}
+        return found if done == 20 and failed == 2 else {}
 
     found = wait_until(finished, 15, "the metrics to count every job")
-    assert found[("asyncq_jobs_claimed_total", ())] == 21
+    # One task's outcomes are counted apart: each (task, outcome) has its own series.
+    assert found[("asyncq_jobs_finished_total", (("outcome", "retried"), ("task", FAIL)))] == 1
+    assert found[("asyncq_jobs_claimed_total", ())] == 23
+    assert found[("asyncq_attempt_duration_seconds_count", (("task", FAIL),))] == 3
     assert found[("asyncq_attempt_duration_seconds_count", (("task", NOOP),))] == 20
     assert found[("asyncq_claim_duration_seconds_count", ())] >= 1
     assert found[("asyncq_queue_jobs", (("queue", "held"), ("state", "ready")))] == 5
