@@ -152,13 +152,16 @@ def test_uvicorn_and_an_asyncq_worker_process(dsn: str, fresh: None, tmp_path: P
                 env,
                 tmp_path / "worker.log",
             ).wait_ready(30)
+            # The task confirms the order in its own transaction; the job's outcome is
+            # written after the task returns, so the two are waited for together.
             order = wait_until(
                 lambda: (
                     (o := http.get(f"/orders/{created['id']}").json())["status"] == "confirmed"
+                    and o["job"]["status"] not in ("queued", "running")
                     and o
                 ),
                 30,
-                "the worker to confirm the order",
+                "the worker to confirm the order and its job to end",
             )
         assert order["job"] == {
             "id": created["job_id"],
