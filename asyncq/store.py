@@ -266,6 +266,11 @@ class Store:
         cur = await conn.execute(query, params)
         return {int(r[0]) for r in await cur.fetchall()}
 
+    async def done_by_claims(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
+        """Of ``jobs``, those this worker marked done already at the claim it holds them by."""
+        cur = await conn.execute(self.q["done_by_claims"], _fence(worker, jobs))
+        return {int(r[0]) for r in await cur.fetchall()}
+
     async def mark_failed(
         self,
         conn: Conn,

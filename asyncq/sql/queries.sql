@@ -177,6 +177,16 @@ WITH ended AS (
 )
 SELECT id FROM ended LEFT JOIN announced ON true
 
+-- name: done_by_claims
+-- Of the jobs whose done outcome the fence refused, those done already by these very
+-- claims: a write that committed but whose answer was lost with its connection, tried
+-- again. Only this worker's mark_done sets a row done at its claim.
+SELECT j.id
+  FROM asyncq_jobs AS j
+  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+    ON j.id = f.id AND j.claims = f.claim
+ WHERE j.status = 'done' AND j.locked_by = %(worker)s
+
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up
 -- (or at once when give_up is set), or cancelled when a cancel came while it ran.

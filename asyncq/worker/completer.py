@@ -9,6 +9,9 @@ every try (the database refuses a value) costs only the job at fault: the batch 
 written again one outcome at a time, and an outcome refused on its own is replaced by
 a failure that says it could not be recorded, or, if even that is refused, left to
 the job's lease. A done job whose result is refused is written done without it.
+
+A write may commit and lose its answer with its connection: its retry is refused by the
+fence. A done outcome refused so is looked up before it is reported as a lease lost.
 """
 
 from __future__ import annotations
@@ -102,7 +105,19 @@ class Completer:
                 raise
             await self._write_each(batch, exc)
             return
+        if len(statuses) < len(batch):
+            await self._find_written(batch, statuses)
         self._written(batch, statuses)
+
+    async def _find_written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
+        """Add to ``statuses`` the done outcomes the fence refused because an earlier try
+        of this batch wrote them: it committed, and its answer was lost with the
+        connection. Any other refused outcome is a lease lost."""
+        refused = [o.job for o in batch if o.kind is Kind.DONE and o.job.id not in statuses]
+        if refused:
+            async with self.kept.connection() as conn:
+                done = await self.store.done_by_claims(conn, worker=self.worker, jobs=refused)
+            statuses.update(dict.fromkeys(done, "done"))
 
     async def _write_batch(self, batch: Sequence[Outcome]) -> dict[int, str]:
         by_kind: dict[Kind, list[Outcome]] = {}

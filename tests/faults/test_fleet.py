@@ -16,10 +16,11 @@ and reaches the server at the host's address on its own link, so that
   done; each claim before a job's last was made by a killed worker (before its kill)
   or by the cut-off one (before its link came back): no job runs to its end twice
   except an attempt whose lease was lost with its worker; a killed worker wrote nothing
-  after its death; the cut-off worker, back, has its late outcomes refused and exits
-  cleanly at the end. The time from a kill, or from the silence, to the job's return
-  to the queue (the rescuer) is bounded by the lease and a reaper interval; the time to
-  its next start elsewhere (behind the jobs queued before it) is reported.
+  after its death; the cut-off worker, back, has the outcome of every attempt it ran to
+  its end after the job was claimed again refused, and exits cleanly at the end. The
+  time from a kill, or from the silence, to the job's return to the queue (the rescuer)
+  is bounded by the lease and a reaper interval; the time to its next start elsewhere
+  (behind the jobs queued before it) is reported.
 
 The figures go to ``results/last-run.json``; `benchmarks/fleet.py` measures the
 throughput of 1, 2, 4 and 8 workers (nothing here asserts a speed).
@@ -28,6 +29,7 @@ throughput of 1, 2, 4 and 8 workers (nothing here asserts a speed).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import threading
 import time
@@ -484,8 +486,13 @@ def test_a_fleet_loses_two_hosts_and_a_link(
             back_at = time.time()
             wait_left(db, 0, 180, "every job to end")
             measured = meter.end(len(ids), [w for w in fleet if w.alive])
-            # Back on its link, the cut-off worker tries the outcomes it held: refused.
-            cut.wait_log("lease lost", 30)
+            # Back on its link, the cut-off worker tries the outcomes it held: those of the
+            # jobs claimed again since are refused. Checked at the end, after the rescue's.
+            late = late_outcomes(claims(db), workers.ledger.by_job(), cut.pid)
+            unrefused = wait_refused(cut, late, 30)
+            # An outcome whose write committed but whose answer the silence swallowed is
+            # refused on its retry too: a done one must not be reported as a lease lost.
+            misreported = sorted(reported_lost(cut) - late.items())
             cut_off = connections_of(db, dbname, link.ns_ip, silent_at)
             exits = workers.stop_all()
             rows = jobs(db)
@@ -553,6 +560,8 @@ def test_a_fleet_loses_two_hosts_and_a_link(
         "kill_to_next_start": summary(restarted["kill"]),
         "silence_to_rescued": summary(rescued["partition"]),
         "silence_to_next_start": summary(restarted["partition"]),
+        "cut_off_outcomes_refused": len(late) - len(unrefused),
+        "cut_off_done_reported_lost": len(misreported),
         **measured,
         "cut_off_host_connections_at_the_end": cut_off,
         "activity": activity.figures(),
@@ -582,10 +591,55 @@ def test_a_fleet_loses_two_hosts_and_a_link(
         + explain(workers, troubled[:5], changes, ledger)
     )
     assert rescued["kill"] and rescued["partition"], "the faults caught no job"
+    assert not unrefused, (
+        f"the cut-off worker logged no refusal of {len(unrefused)} of {len(late)} late"
+        f" outcomes (job: attempt): {dict(list(unrefused.items())[:10])}\n"
+        + "\n".join(cut.stderr().splitlines()[-40:])
+    )
+    assert not misreported, f"done outcomes reported as leases lost: {misreported[:10]}"
     assert len(restarted["kill"]) == len(rescued["kill"]), figures
     # A lost job is back in the queue once its lease has expired and a reaper pass has
     # seen it; it starts again once the jobs queued before it have been claimed.
     assert max(rescued["kill"] + rescued["partition"]) < LEASE + REAP_INTERVAL + 3, figures
+
+
+def late_outcomes(
+    history: dict[int, list[Claim]], ledger: dict[int, list[Entry]], pid: int
+) -> dict[int, int]:
+    """The attempts that worker ``pid`` ran to their end after their job was claimed again
+    (job: attempt): outcomes its fence must refuse."""
+    late = {}
+    for job_id, events in ledger.items():
+        for e in events:
+            claimed_again = any(c.attempt > e.attempt for c in history.get(job_id, []))
+            if e.event == "end" and e.pid == pid and claimed_again:
+                late[job_id] = e.attempt
+    return late
+
+
+def reported_lost(worker: WorkerProcess) -> set[tuple[int, int]]:
+    """The done outcomes ``worker`` logged as refused by the fence: (job, attempt)."""
+    found = re.findall(
+        r"job (\d+): lease lost during attempt (\d+) \(before its outcome \(done\)",
+        worker.stderr(),
+    )
+    return {(int(job_id), int(attempt)) for job_id, attempt in found}
+
+
+def wait_refused(worker: WorkerProcess, late: dict[int, int], timeout: float) -> dict[int, int]:
+    """Wait until ``worker`` has logged the refusal of each of the ``late`` outcomes;
+    those it has not logged by ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = worker.stderr()
+        left = {
+            job_id: attempt
+            for job_id, attempt in late.items()
+            if f"job {job_id}: lease lost during attempt {attempt} " not in log
+        }
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def check_job(

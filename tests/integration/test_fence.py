@@ -12,6 +12,10 @@ import psycopg
 import pytest
 
 import asyncq
+from asyncq.job import Job
+from asyncq.worker.completer import Completer
+from asyncq.worker.observer import Observer
+from asyncq.worker.outcomes import Kind, Outcome
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +78,49 @@ async def test_a_stale_attempt_cannot_write_after_a_requeue_and_a_new_claim(
         assert owned == set()
     status = db.execute("SELECT status::text FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()
     assert status == ("running",)
+
+
+class Endings(Observer):
+    def __init__(self) -> None:
+        self.finished_jobs: dict[int, str] = {}
+        self.lost: dict[int, str] = {}
+
+    def finished(self, outcome: Outcome, status: str) -> None:
+        self.finished_jobs[outcome.job.id] = status
+
+    def lease_lost(self, job: Job, why: str) -> None:
+        self.lost[job.id] = why
+
+
+async def test_a_done_outcome_written_by_a_try_whose_answer_was_lost_is_not_a_lease_lost(
+    app: asyncq.App, db: Any
+) -> None:
+    @app.task(name="fence.twice")
+    async def twice() -> None:
+        pass
+
+    store, worker, lease = app.store, "host:1:retry", timedelta(seconds=30)
+    written_id, lost_id = await twice.defer(), await twice.defer()
+    async with app.pool.connection() as conn:
+        claimed = await store.claim(conn, worker=worker, limit=2, queues=None, lease=lease)
+        written, lost = sorted(claimed, key=lambda j: j.id != written_id)
+        # The first try of the batch committed one job done, and its answer was lost; the
+        # other job was reaped meanwhile and claimed again.
+        assert await store.mark_done(conn, worker=worker, jobs=[written]) == {written_id}
+        db.execute("UPDATE asyncq_jobs SET expires_at = now() WHERE id = %s", (lost_id,))
+        assert await store.reap_expired(conn, limit=10) == {lost_id: "queued"}
+        await store.claim(conn, worker="host:2:other", limit=1, queues=None, lease=lease)
+    endings = Endings()
+    completer = Completer(
+        pool=app.pool,
+        store=store,
+        worker=worker,
+        observer=endings,
+        on_written=lambda jobs: None,
+        storable=str,
+    )
+    completer.submit(Outcome(written, Kind.DONE))
+    completer.submit(Outcome(lost, Kind.DONE))
+    await completer.finish()
+    assert endings.finished_jobs == {written_id: "done"}
+    assert endings.lost == {lost_id: "before its outcome (done) was written"}
