@@ -492,7 +492,7 @@ def test_a_fleet_loses_two_hosts_and_a_link(
             unrefused = wait_refused(cut, late, 30)
             # An outcome whose write committed but whose answer the silence swallowed is
             # refused on its retry too: a done one must not be reported as a lease lost.
-            misreported = sorted(reported_lost(cut) - late.items())
+            misreported = sorted(logged_lost(cut, "before its outcome (done)") - late.items())
             cut_off = connections_of(db, dbname, link.ns_ip, silent_at)
             exits = workers.stop_all()
             rows = jobs(db)
@@ -617,13 +617,10 @@ def late_outcomes(
     return late
 
 
-def reported_lost(worker: WorkerProcess) -> set[tuple[int, int]]:
-    """The done outcomes ``worker`` logged as refused by the fence: (job, attempt)."""
-    found = re.findall(
-        r"job (\d+): lease lost during attempt (\d+) \(before its outcome \(done\)",
-        worker.stderr(),
-    )
-    return {(int(job_id), int(attempt)) for job_id, attempt in found}
+def logged_lost(worker: WorkerProcess, why: str = "") -> set[tuple[int, int]]:
+    """The leases ``worker`` logged as lost (for ``why`` only, when given): (job, attempt)."""
+    pattern = rf"job (\d+): lease lost during attempt (\d+) \({re.escape(why)}"
+    return {(int(job), int(attempt)) for job, attempt in re.findall(pattern, worker.stderr())}
 
 
 def wait_refused(worker: WorkerProcess, late: dict[int, int], timeout: float) -> dict[int, int]:
@@ -631,12 +628,8 @@ def wait_refused(worker: WorkerProcess, late: dict[int, int], timeout: float) ->
     those it has not logged by ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        log = worker.stderr()
-        left = {
-            job_id: attempt
-            for job_id, attempt in late.items()
-            if f"job {job_id}: lease lost during attempt {attempt} " not in log
-        }
+        lost = logged_lost(worker)
+        left = {job: attempt for job, attempt in late.items() if (job, attempt) not in lost}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
