@@ -9,11 +9,11 @@ on it. Any other error stops the worker: it would fail the same way again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from asyncq.transient import TRANSIENT_ERRORS, backoff_delay
 from asyncq.worker.observer import Observer
@@ -25,6 +25,26 @@ class Service(Protocol):
     name: str
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None: ...
+
+
+async def start_all(group: TaskGroup, services: Sequence[Service]) -> None:
+    """Start ``services`` in ``group`` side by side (the listener's connection, say, is
+    made while the others start); return when every one has said it started. One that
+    fails first fails the group, with its own error."""
+    left = len(services)
+    all_started = anyio.Event()
+
+    async def start(service: Service) -> None:
+        nonlocal left
+        await group.start(service.run)
+        left -= 1
+        if not left:
+            all_started.set()
+
+    for service in services:
+        group.start_soon(start, service, name=f"asyncq start {service.name}")
+    if services:
+        await all_started.wait()
 
 
 class Tries:

@@ -11,6 +11,7 @@ once: the lease then brings those jobs back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -52,7 +53,7 @@ from asyncq.worker.observer import (
 )
 from asyncq.worker.pool_check import PoolCheck
 from asyncq.worker.producer import Producer
-from asyncq.worker.services import Service
+from asyncq.worker.services import Service, start_all
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
 from asyncq.worker.threads import Threads
@@ -98,6 +99,7 @@ class Worker:
         self._claiming: anyio.CancelScope | None = None
         self._signals = 0
         self._running: Callable[[], int] = lambda: 0
+        self._warmed = 0
 
     def stop(self) -> None:
         """Stop claiming; running jobs get the grace period to finish."""
@@ -109,7 +111,6 @@ class Worker:
             self._claiming.cancel()
 
     async def run(self) -> WorkerStats:
-        facts, channel = await self._preflight()
         settings = self.settings
         loops = claim_loops(settings)
         pool = AsyncConnectionPool(
@@ -120,11 +121,20 @@ class Worker:
             # one for the polled aborts
             max_size=loops + 4 + (self.listen_conninfo is None),
             kwargs=self._kwargs_for("worker"),
+            configure=None if self.limits else self._warm_claim,
             open=False,
             name=f"asyncq-worker-{self.id}",
             **reconnect_options(),
         )
+        # The pool's first connections are made (and their claim warmed) while the
+        # preflight runs on the App's pool.
         await pool.open(wait=False)
+        try:
+            facts, channel = await self._preflight()
+        except BaseException:
+            with anyio.move_on_after(CLOSE_DEADLINE, shield=True):
+                await pool.close()
+            raise
         observer = self.observer
         # Limited tasks: a job claimed ahead would count against its task's limit while it
         # waits, so every claim takes only what can run at once.
@@ -252,8 +262,7 @@ class Worker:
         left: list[Job] = []
         try:
             async with anyio.create_task_group() as running:
-                for service in services:
-                    await running.start(service.run)
+                await start_all(running, services)
                 dispatcher.start()
                 observer.started(
                     WorkerInfo(
@@ -288,6 +297,24 @@ class Worker:
         stats = self.counts.stats(self.id, left_running=len(left))
         observer.stopped(stats)
         return stats
+
+    async def _warm_claim(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Claim nothing on the pool's first connections, one per claim loop: their server
+        processes compile the claim function and plan its statement now, while the worker
+        starts, rather than in its first claims (several milliseconds each, on the path of
+        the first jobs)."""
+        if self._warmed >= claim_loops(self.settings):
+            return
+        self._warmed += 1
+        # No table yet, say (the preflight says so), or a broken connection (the pool's).
+        with contextlib.suppress(psycopg.Error):
+            await self.store.claim(
+                conn,
+                worker=self.id,
+                limit=0,
+                queues=self.settings.queues,
+                lease=timedelta(seconds=self.settings.lease),
+            )
 
     def _kwargs_for(self, role: str) -> dict[str, Any]:
         """Connection options whose application_name says what the connection is for:
