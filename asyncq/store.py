@@ -266,10 +266,22 @@ class Store:
         cur = await conn.execute(query, params)
         return {int(r[0]) for r in await cur.fetchall()}
 
-    async def done_by_claims(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> set[int]:
-        """Of ``jobs``, those this worker marked done already at the claim it holds them by."""
-        cur = await conn.execute(self.q["done_by_claims"], _fence(worker, jobs))
-        return {int(r[0]) for r in await cur.fetchall()}
+    async def written_by_claims(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        kinds: Sequence[str],
+        errors: Sequence[str | None],
+    ) -> dict[int, str]:
+        """Of ``jobs``, whose outcomes (``kinds``: done, failed, snoozed or cancelled; a
+        failed one's stored ``errors``) the fence refused, those this worker wrote already
+        at the claim it holds them by; the status each was left in."""
+        params = _fence(worker, jobs)
+        params.update(kinds=list(kinds), errors=list(errors), attempts=[j.attempt for j in jobs])
+        cur = await conn.execute(self.q["written_by_claims"], params)
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def mark_failed(
         self,

@@ -177,15 +177,29 @@ WITH ended AS (
 )
 SELECT id FROM ended LEFT JOIN announced ON true
 
--- name: done_by_claims
--- Of the jobs whose done outcome the fence refused, those done already by these very
--- claims: a write that committed but whose answer was lost with its connection, tried
--- again. Only this worker's mark_done sets a row done at its claim.
-SELECT j.id
+-- name: written_by_claims
+-- Of the outcomes the fence refused, those written already by these very claims: a write
+-- that committed but whose answer was lost with its connection, tried again. Only this
+-- worker writes a row at its claim but for the rescuer, whose write (LeaseExpired, the
+-- attempt counted) each kind of outcome tells apart from its own: a done row; a failed
+-- attempt's error; a snoozed attempt not counted; a cancel's own message; a hand-back's
+-- attempt not counted, or its HandedBack. Returns the status each one left.
+SELECT j.id, j.status::text
   FROM asyncq_jobs AS j
-  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(kinds)s::text[],
+              %(errors)s::text[], %(attempts)s::int[]) AS f(id, claim, kind, error, attempt)
     ON j.id = f.id AND j.claims = f.claim
- WHERE j.status = 'done' AND j.locked_by = %(worker)s
+ WHERE j.locked_by = %(worker)s AND j.status <> 'running'
+   AND CASE f.kind
+         WHEN 'done' THEN j.status = 'done'
+         WHEN 'failed' THEN j.status <> 'done' AND j.last_error = f.error
+         WHEN 'snoozed' THEN j.status IN ('queued', 'cancelled') AND j.attempts = f.attempt - 1
+         WHEN 'cancelled' THEN j.status = 'cancelled'
+                               AND j.last_error LIKE 'Cancelled: %% was aborted by a cancel'
+         WHEN 'released' THEN j.status <> 'done'
+                              AND (j.attempts = f.attempt - 1 OR j.last_error LIKE 'HandedBack: %%')
+         ELSE false
+       END
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up

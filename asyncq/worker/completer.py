@@ -35,6 +35,15 @@ from asyncq.worker.services import retrying
 from asyncq.worker.settings import FREE_HANDBACKS
 
 MAX_BATCH = 1000
+# What `_find_written` looks for, by the kind of outcome (see written_by_claims).
+_WRITTEN_MARKS = {
+    Kind.DONE: "done",
+    Kind.RETRY: "failed",
+    Kind.FAIL: "failed",
+    Kind.SNOOZE: "snoozed",
+    Kind.CANCEL: "cancelled",
+    Kind.RELEASE: "released",
+}
 
 
 class Completer:
@@ -110,14 +119,20 @@ class Completer:
         self._written(batch, statuses)
 
     async def _find_written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
-        """Add to ``statuses`` the done outcomes the fence refused because an earlier try
-        of this batch wrote them: it committed, and its answer was lost with the
-        connection. Any other refused outcome is a lease lost."""
-        refused = [o.job for o in batch if o.kind is Kind.DONE and o.job.id not in statuses]
+        """Add to ``statuses`` the outcomes the fence refused because an earlier try of
+        this batch wrote them: it committed, and its answer was lost with the connection.
+        Any other refused outcome is a lease lost."""
+        refused = [o for o in batch if o.job.id not in statuses]
         if refused:
             async with self.kept.connection() as conn:
-                done = await self.store.done_by_claims(conn, worker=self.worker, jobs=refused)
-            statuses.update(dict.fromkeys(done, "done"))
+                written = await self.store.written_by_claims(
+                    conn,
+                    worker=self.worker,
+                    jobs=[o.job for o in refused],
+                    kinds=[_WRITTEN_MARKS[o.kind] for o in refused],
+                    errors=[self.storable(o.error or "") for o in refused],
+                )
+            statuses.update(written)
 
     async def _write_batch(self, batch: Sequence[Outcome]) -> dict[int, str]:
         by_kind: dict[Kind, list[Outcome]] = {}

@@ -92,35 +92,62 @@ class Endings(Observer):
         self.lost[job.id] = why
 
 
-async def test_a_done_outcome_written_by_a_try_whose_answer_was_lost_is_not_a_lease_lost(
-    app: asyncq.App, db: Any
+# Each kind of outcome, and the status its write leaves.
+WRITTEN = [
+    (Kind.DONE, "done"),
+    (Kind.RETRY, "queued"),
+    (Kind.FAIL, "failed"),
+    (Kind.SNOOZE, "queued"),
+    (Kind.CANCEL, "cancelled"),
+    (Kind.RELEASE, "queued"),
+]
+
+
+@pytest.mark.parametrize(("kind", "status"), WRITTEN, ids=[k.value for k, _ in WRITTEN])
+async def test_an_outcome_written_by_a_try_whose_answer_was_lost_is_not_a_lease_lost(
+    app: asyncq.App, db: Any, kind: Kind, status: str
 ) -> None:
-    @app.task(name="fence.twice")
+    @app.task(name="fence.twice", max_attempts=3)
     async def twice() -> None:
         pass
 
     store, worker, lease = app.store, "host:1:retry", timedelta(seconds=30)
-    written_id, lost_id = await twice.defer(), await twice.defer()
+    written_id, reaped_id, taken_id = [await twice.defer() for _ in range(3)]
     async with app.pool.connection() as conn:
-        claimed = await store.claim(conn, worker=worker, limit=2, queues=None, lease=lease)
-        written, lost = sorted(claimed, key=lambda j: j.id != written_id)
-        # The first try of the batch committed one job done, and its answer was lost; the
-        # other job was reaped meanwhile and claimed again.
-        assert await store.mark_done(conn, worker=worker, jobs=[written]) == {written_id}
-        db.execute("UPDATE asyncq_jobs SET expires_at = now() WHERE id = %s", (lost_id,))
-        assert await store.reap_expired(conn, limit=10) == {lost_id: "queued"}
-        await store.claim(conn, worker="host:2:other", limit=1, queues=None, lease=lease)
-    endings = Endings()
-    completer = Completer(
-        pool=app.pool,
-        store=store,
-        worker=worker,
-        observer=endings,
-        on_written=lambda jobs: None,
-        storable=str,
+        claimed = await store.claim(conn, worker=worker, limit=3, queues=None, lease=lease)
+    written, reaped, taken = sorted(claimed, key=lambda j: j.id)
+    outcomes = [Outcome(job, kind, error="ValueError: boom", delay=60.0) for job in claimed]
+
+    def completer(observer: Observer) -> Completer:
+        return Completer(
+            pool=app.pool,
+            store=store,
+            worker=worker,
+            observer=observer,
+            on_written=lambda jobs: None,
+            storable=str,
+        )
+
+    # The first try of the batch committed one job's outcome, and its answer was lost.
+    first = completer(Endings())
+    first.submit(outcomes[0])
+    await first.finish()
+    # Meanwhile the rescuer took back the two others (their lease ran out): one is queued
+    # again at the claim this worker holds it by, the other claimed again elsewhere.
+    db.execute(
+        "UPDATE asyncq_jobs SET expires_at = now() WHERE id = ANY(%s)", ([reaped_id, taken_id],)
     )
-    completer.submit(Outcome(written, Kind.DONE))
-    completer.submit(Outcome(lost, Kind.DONE))
-    await completer.finish()
-    assert endings.finished_jobs == {written_id: "done"}
-    assert endings.lost == {lost_id: "before its outcome (done) was written"}
+    async with app.pool.connection() as conn:
+        assert set(await store.reap_expired(conn, limit=10)) == {reaped_id, taken_id}
+        db.execute("UPDATE asyncq_jobs SET priority = 1 WHERE id = %s", (taken_id,))
+        [other] = await store.claim(conn, worker="host:2:other", limit=1, queues=None, lease=lease)
+        assert other.id == taken_id
+    # The retry of the whole batch: the fence refuses all three.
+    endings = Endings()
+    again = completer(endings)
+    for outcome in outcomes:
+        again.submit(outcome)
+    await again.finish()
+    assert endings.finished_jobs == {written_id: status}
+    why = f"before its outcome ({kind.value}) was written"
+    assert endings.lost == {reaped_id: why, taken_id: why}
