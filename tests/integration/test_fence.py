@@ -116,7 +116,10 @@ async def test_an_outcome_written_by_a_try_whose_answer_was_lost_is_not_a_lease_
     async with app.pool.connection() as conn:
         claimed = await store.claim(conn, worker=worker, limit=3, queues=None, lease=lease)
     written, reaped, taken = sorted(claimed, key=lambda j: j.id)
-    outcomes = [Outcome(job, kind, error="ValueError: boom", delay=60.0) for job in claimed]
+    assert [written.id, reaped.id, taken.id] == [written_id, reaped_id, taken_id]
+    outcomes = [
+        Outcome(job, kind, error="ValueError: boom", delay=60.0) for job in (written, reaped, taken)
+    ]
 
     def completer(observer: Observer) -> Completer:
         return Completer(
