@@ -275,9 +275,9 @@ class Store:
         kinds: Sequence[str],
         errors: Sequence[str | None],
     ) -> dict[int, str]:
-        """Of ``jobs``, whose outcomes (``kinds``: done, failed, snoozed or cancelled; a
-        failed one's stored ``errors``) the fence refused, those this worker wrote already
-        at the claim it holds them by; the status each was left in."""
+        """Of ``jobs``, whose outcomes (``kinds``: done, failed, snoozed, cancelled or
+        released; a failed one's stored ``errors``) the fence refused, those this worker
+        wrote already at the claim it holds them by; the status each was left in."""
         params = _fence(worker, jobs)
         params.update(kinds=list(kinds), errors=list(errors), attempts=[j.attempt for j in jobs])
         cur = await conn.execute(self.q["written_by_claims"], params)

@@ -11,7 +11,7 @@ a failure that says it could not be recorded, or, if even that is refused, left 
 the job's lease. A done job whose result is refused is written done without it.
 
 A write may commit and lose its answer with its connection: its retry is refused by the
-fence. A done outcome refused so is looked up before it is reported as a lease lost.
+fence. An outcome refused so is looked up before it is reported as a lease lost.
 """
 
 from __future__ import annotations
