@@ -221,12 +221,13 @@ class Dispatcher:
         # and a claimed attempt already waiting is taken without suspending.
         queue = self._queue
         waiting = queue.items
+        take = queue.take
         runner = asyncio.current_task()
         assert runner is not None
         tasks, executor, slots, observer = self.tasks, self.executor, self.slots, self.observer
         loop = self._loop
         while not self._closed:
-            attempt = waiting.popleft() if waiting else await queue.get()
+            attempt = take() if waiting else await queue.get()
             if attempt is None:
                 return
             job = attempt.job
