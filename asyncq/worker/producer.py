@@ -108,21 +108,23 @@ class Producer:
                 for job in jobs:
                     self.hold(job, sent)
             if len(jobs) == want:
-                self.wakeup.nudge()  # more is likely waiting: a sibling loop may claim it too
-            await asyncio.sleep(0)  # the runners start their jobs before we claim or wait again
-            if len(jobs) < want:
-                if self.drain:
-                    if not jobs and self.is_idle():
-                        if idle_seen:
-                            return
-                        # An outcome written while that claim ran may have made a job ready
-                        # (a retry): claim once more, now that every write has ended.
-                        idle_seen = True
-                        continue
-                    idle_seen = False
-                    await self.wakeup.wait(min(self.poll_interval, 0.05))
-                else:
-                    await self.wakeup.wait(self.poll_interval if polls else None)
+                # More is likely waiting: claim again at once (the runners start these
+                # jobs while that claim is out), and a sibling loop may claim it too.
+                self.wakeup.nudge()
+                continue
+            await asyncio.sleep(0)  # the runners start their jobs before we wait
+            if self.drain:
+                if not jobs and self.is_idle():
+                    if idle_seen:
+                        return
+                    # An outcome written while that claim ran may have made a job ready
+                    # (a retry): claim once more, now that every write has ended.
+                    idle_seen = True
+                    continue
+                idle_seen = False
+                await self.wakeup.wait(min(self.poll_interval, 0.05))
+            else:
+                await self.wakeup.wait(self.poll_interval if polls else None)
 
     async def _claim(self, kept: KeptConnection, limit: int) -> tuple[list[Job], float]:
         """The jobs claimed, and when the claim was sent (the loop's clock, the dispatcher's
