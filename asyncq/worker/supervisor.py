@@ -146,6 +146,10 @@ class Worker:
         def written(jobs: Sequence[Job]) -> None:
             slots.written(len(jobs))
             dispatcher.written(jobs)
+            if settings.drain and not dispatcher.held:
+                # The last outcome is written: each claim loop looks once more, and ends.
+                for _ in range(loops):
+                    wakeup.set()
 
         completer = Completer(
             pool=pool,
