@@ -223,6 +223,28 @@ class Store:
         cur = await conn.execute(query, params)
         return [Job._make(row) for row in await cur.fetchall()]
 
+    async def claim_writing_done(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        done: Sequence[Job],
+    ) -> tuple[list[Job], int]:
+        """`claim`, in the statement that first writes ``done`` done as `mark_done` does
+        (with no result to store): the jobs claimed, and how many of ``done`` this worker
+        still owned, written done."""
+        params = _fence(worker, done)
+        params.update(limit=limit, lease=lease, queues=list(queues) if queues else None)
+        cur = await conn.execute(self.q["claim_writing_done"], params)
+        rows = await cur.fetchall()
+        written = int(rows[0][0])
+        if rows[0][1] is None:
+            return [], written
+        return [Job._make(row[1:]) for row in rows], written
+
     async def claim_limited(
         self,
         conn: Conn,

@@ -116,6 +116,33 @@ SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval
 SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
                            %(queues)s::text[])
 
+-- name: claim_writing_done
+-- A plain claim (any queue with queues NULL) that first writes done the jobs of this
+-- worker whose tasks returned nothing to store, as mark_done does, fenced the same way:
+-- one statement and one commit instead of two while a worker claims batch after batch.
+-- The two touch disjoint rows (running ones are written done, queued ones claimed), and
+-- commit or fail together: a claim that fails leaves those jobs running, to be written
+-- again. The first column is how many of them were written (NULL the rest when nothing
+-- was claimed: the one row then says only that).
+WITH ended AS (
+    UPDATE asyncq_jobs AS j
+       SET status = 'done', finished_at = now(), expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
+     WHERE j.id = f.id AND j.claims = f.claim
+       AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.id
+), announced AS (
+    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
+    HAVING EXISTS (SELECT FROM asyncq_result_listeners
+                    WHERE seen_at > now() - interval '1 minute')
+), written AS (
+    SELECT count(*) AS written FROM ended LEFT JOIN announced ON true
+)
+SELECT w.written, c.*
+  FROM written w
+  LEFT JOIN asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
+                         %(queues)s::text[]) AS c ON true
+
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
 -- how it works. Its rows have no trace_context: NULL, for an App without tracing.

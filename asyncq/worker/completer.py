@@ -66,11 +66,44 @@ class Completer:
         self.on_written = on_written
         self.storable = storable  # error text made storable in the database's encoding
         self._pending: list[Outcome] = []
+        self._plain: list[Outcome] = []  # done, with nothing to store: a claim may write them
         self._arrived = asyncio.Event()
         self._closed = False
+        # True while a claim is about to go out that can write the plain done outcomes
+        # (`take_plain`): they wait for it rather than take a statement of their own.
+        self.claim_coming: Callable[[], bool] = lambda: False
 
     def submit(self, outcome: Outcome) -> None:
-        self._pending.append(outcome)
+        if outcome.kind is Kind.DONE and outcome.result is None:
+            self._plain.append(outcome)
+        else:
+            self._pending.append(outcome)
+        self._arrived.set()
+
+    def kick(self) -> None:
+        """No claim is coming after all: write what waited for one."""
+        if self._plain:
+            self._arrived.set()
+
+    def take_plain(self) -> list[Outcome]:
+        """The plain done outcomes waiting (at most `MAX_BATCH`), for a claim to write;
+        the claim's caller reports them with `written_by_claim` or `give_back`."""
+        batch = self._plain[:MAX_BATCH]
+        del self._plain[:MAX_BATCH]
+        return batch
+
+    def written_by_claim(self, batch: Sequence[Outcome], written: int) -> None:
+        """A claim wrote ``written`` of ``batch`` (from `take_plain`) done."""
+        if written == len(batch):
+            self._written(batch, dict.fromkeys((o.job.id for o in batch), "done"))
+        else:
+            # Some were refused (leases lost, or written already by an earlier try whose
+            # answer was lost): the fenced write here refuses them again, and looks up why.
+            self.give_back(batch)
+
+    def give_back(self, batch: Sequence[Outcome]) -> None:
+        """A claim that was to write ``batch`` failed: write it here."""
+        self._pending[:0] = batch
         self._arrived.set()
 
     async def finish(self) -> None:
@@ -79,7 +112,7 @@ class Completer:
         writes its hand-backs, though `run` was cancelled with it."""
         self._closed = True
         self._arrived.set()
-        while self._pending:
+        while self._pending or self._plain:
             await self._write_pending()
         await self.kept.release()
 
@@ -87,7 +120,7 @@ class Completer:
         task_status.started()
         try:
             while not self._closed:
-                if self._pending:
+                if self._pending or (self._plain and not self.claim_coming()):
                     await self._write_pending()
                 else:
                     self._arrived.clear()
@@ -98,6 +131,10 @@ class Completer:
     async def _write_pending(self) -> None:
         batch = self._pending[:MAX_BATCH]
         del self._pending[:MAX_BATCH]
+        room = MAX_BATCH - len(batch)
+        if room > 0 and self._plain:
+            batch += self._plain[:room]
+            del self._plain[:room]
         try:
             await retrying(self.name, partial(self._write, batch), self.observer)
         except BaseException:

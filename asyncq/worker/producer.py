@@ -24,6 +24,7 @@ from asyncq.limits import ClaimLimits
 from asyncq.pools import DEADLINE, KeptConnection
 from asyncq.store import Store
 from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.worker.completer import Completer
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import Tries
 from asyncq.worker.slots import Slots
@@ -53,6 +54,7 @@ class Producer:
         observer: Observer,
         claim_loops: int = 1,
         limits: ClaimLimits | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self.pool = pool
         self.store = store
@@ -73,6 +75,12 @@ class Producer:
         # With limited tasks, every claim is the limited one (serialised in the schema);
         # without, the claim is the plain one.
         self.limits = limits
+        # The plain claim also writes the plain done outcomes waiting: while a claim is
+        # out, or about to go out without waiting, they wait for it (`claim_coming`).
+        self.completer = completer if limits is None else None
+        self.claiming = 0  # claim loops whose claim is out or goes out at once
+        if self.completer is not None:
+            self.completer.claim_coming = lambda: self.claiming > 0
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""
@@ -88,21 +96,44 @@ class Producer:
             await kept.release()
 
     async def _claim_until_done(self, kept: KeptConnection, *, polls: bool) -> None:
+        active = False
+
+        def claiming(now: bool) -> None:
+            """Whether this loop's next claim is out, or goes out without waiting."""
+            nonlocal active
+            if now is not active:
+                active = now
+                self.claiming += 1 if now else -1
+                if not self.claiming and self.completer is not None:
+                    self.completer.kick()
+
+        try:
+            await self._claim_while_ready(kept, polls=polls, claiming=claiming)
+        finally:
+            claiming(False)
+
+    async def _claim_while_ready(
+        self, kept: KeptConnection, *, polls: bool, claiming: Callable[[bool], None]
+    ) -> None:
         tries = Tries(self.name, self.observer)
         idle_seen = False
+        slots = self.slots
         while True:
-            await self.slots.wait_free(self.refill_at)
-            want = min(self.slots.free, self.batch_size)
-            self.slots.take(want)
+            claiming(slots.free >= min(self.refill_at, slots.total))
+            await slots.wait_free(self.refill_at)
+            claiming(True)
+            want = min(slots.free, self.batch_size)
+            slots.take(want)
             began = anyio.current_time()
             try:
                 jobs, sent = await self._claim(kept, want)
             except TRANSIENT_ERRORS as exc:
-                self.slots.unclaimed(want)
+                slots.unclaimed(want)
+                claiming(False)
                 await tries.failed(exc)
                 continue
             tries.succeeded()
-            self.slots.unclaimed(want - len(jobs))
+            slots.unclaimed(want - len(jobs))
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
                 for job in jobs:
@@ -112,6 +143,7 @@ class Producer:
                 # jobs while that claim is out), and a sibling loop may claim it too.
                 self.wakeup.nudge()
                 continue
+            claiming(False)
             await asyncio.sleep(0)  # the runners start their jobs before we wait
             if self.drain:
                 if not jobs and self.is_idle():
@@ -138,7 +170,24 @@ class Producer:
         with anyio.CancelScope(shield=True):
             async with kept.connection() as conn:
                 sent = asyncio.get_running_loop().time()
-                if self.limits is not None:
+                completer = self.completer
+                plain = completer.take_plain() if completer is not None else None
+                if plain:
+                    assert completer is not None
+                    try:
+                        jobs, written = await self.store.claim_writing_done(
+                            conn,
+                            worker=self.worker,
+                            limit=limit,
+                            queues=self.queues,
+                            lease=self.lease,
+                            done=[o.job for o in plain],
+                        )
+                    except BaseException:
+                        completer.give_back(plain)  # written or not: the fence tells
+                        raise
+                    completer.written_by_claim(plain, written)
+                elif self.limits is not None:
                     jobs = await self.store.claim_limited(
                         conn,
                         worker=self.worker,

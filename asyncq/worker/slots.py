@@ -38,7 +38,8 @@ class Slots:
 
     @property
     def free(self) -> int:
-        return self.total + self.ahead_now - self.used - max(0, self.unwritten - self.total)
+        room = self.total + self.ahead_now
+        return room - self.used - max(0, self.unwritten - room)
 
     def ran(self, seconds: float) -> None:
         """An attempt ran for ``seconds``: jobs may have become short, or long."""

@@ -112,7 +112,7 @@ class Worker:
 
     async def run(self) -> WorkerStats:
         settings = self.settings
-        loops = claim_loops(settings)
+        loops = claim_loops(settings, limited=bool(self.limits))
         pool = AsyncConnectionPool(
             self.conninfo,
             min_size=loops + 1,
@@ -187,6 +187,7 @@ class Worker:
             observer=observer,
             claim_loops=loops,
             limits=self.limits,
+            completer=completer,
         )
         listen_conninfo = self.listen_conninfo
         told: Service
@@ -307,7 +308,7 @@ class Worker:
         processes compile the claim function and plan its statement now, while the worker
         starts, rather than in its first claims (several milliseconds each, on the path of
         the first jobs)."""
-        if self._warmed >= claim_loops(self.settings):
+        if self._warmed >= claim_loops(self.settings, limited=bool(self.limits)):
             return
         self._warmed += 1
         # No table yet, say (the preflight says so), or a broken connection (the pool's).
@@ -387,9 +388,11 @@ class Worker:
         return restore
 
 
-def claim_loops(settings: WorkerSettings) -> int:
-    """Two claims in flight when the slots hold two batches."""
-    return 2 if settings.concurrency >= 2 * settings.batch else 1
+def claim_loops(settings: WorkerSettings, *, limited: bool = False) -> int:
+    """Two claims in flight when the slots, with the jobs held ahead (none for an App
+    with limited tasks), hold two batches."""
+    room = settings.concurrency + (0 if limited else settings.prefetch)
+    return 2 if room >= 2 * settings.batch else 1
 
 
 def _storable_in(server_encoding: str) -> Callable[[str], str]:
