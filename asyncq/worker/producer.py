@@ -69,8 +69,9 @@ class Producer:
         self.is_idle = is_idle
         self.drain = drain
         self.observer = observer
-        # When busy, wait for half a batch of free slots rather than claiming one job at a time.
-        self.refill_at = max(1, min(batch_size, slots.total) // 2)
+        # When busy, wait for half a batch of free slots rather than claiming one job at a
+        # time (or for half the slots, with the jobs held ahead, if they hold less).
+        self.refill_at = max(1, batch_size // 2)
         self.loops = claim_loops
         # With limited tasks, every claim is the limited one (serialised in the schema);
         # without, the claim is the plain one.
@@ -119,7 +120,7 @@ class Producer:
         idle_seen = False
         slots = self.slots
         while True:
-            claiming(slots.free >= min(self.refill_at, slots.total))
+            claiming(slots.enough(self.refill_at))
             await slots.wait_free(self.refill_at)
             claiming(True)
             want = min(slots.free, self.batch_size)

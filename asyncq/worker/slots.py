@@ -72,7 +72,12 @@ class Slots:
         self.unwritten -= n
         self._freed.set()
 
+    def enough(self, at_least: int) -> bool:
+        """Whether ``at_least`` slots are free, or half the room (the slots with the jobs
+        held ahead), if that is less."""
+        return self.free >= max(1, min(at_least, (self.total + self.ahead_now) // 2))
+
     async def wait_free(self, at_least: int) -> None:
-        while self.free < min(at_least, self.total):
+        while not self.enough(at_least):
             self._freed.clear()
             await self._freed.wait()
