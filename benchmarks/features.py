@@ -120,6 +120,13 @@ def run(dsn: str, features: tuple[str, ...], *, seconds: float, concurrency: int
     )
     try:
         while not done(dsn):  # the worker has started
+            if worker.poll() is not None:
+                assert worker.stderr is not None
+                error = worker.stderr.read().decode(errors="replace").strip()
+                raise SystemExit(
+                    f"the worker of {features or ('plain',)} exited ({worker.returncode})"
+                    f" before it finished a job:\n{error}"
+                )
             time.sleep(0.05)
         time.sleep(WARMUP)
         before, at = done(dsn), time.monotonic()
