@@ -48,7 +48,7 @@ class SqlSystem(System):
     title = "plain SQL"
     unfinished_sql = (
         "SELECT EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'queued')"
-        " OR EXISTS (SELECT 1 FROM asyncq_jobs WHERE status = 'running')"
+        " OR EXISTS (SELECT 1 FROM asyncq_jobs WHERE expires_at IS NOT NULL AND status = 'running')"
     )
     completed_sql = "SELECT count(*) FROM asyncq_jobs WHERE status = 'done'"
     tables = ("asyncq_jobs",)
