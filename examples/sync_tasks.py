@@ -28,6 +28,10 @@ def make_thumbnail(path: str, width: int = 128) -> str:
     return f"{path} at {width}px, in thread {threading.current_thread().name}"
 
 
+# Set by export_report when it returns because it was told to stop.
+report_stopped = threading.Event()
+
+
 @app.task(name="sync.export_report", queue="sync_example", timeout=0.5, max_attempts=1)
 def export_report(rows: int) -> int:
     job = asyncq.current_job()
@@ -35,6 +39,7 @@ def export_report(rows: int) -> int:
     for _ in range(rows):
         if job.stop_requested:  # the timeout fired: the thread cannot be killed, so it looks
             print(f"export_report: stop requested after {written} rows, returning")
+            report_stopped.set()
             return written
         time.sleep(0.01)
         written += 1
@@ -97,7 +102,11 @@ def main() -> None:
             print(f"rolled back with its job: {exc}")
     app.close_sync()
 
-    for line in asyncio.run(run_worker()):
+    lines = asyncio.run(run_worker())
+    # The timed-out function runs on in its thread until it next looks at stop_requested,
+    # and the worker does not wait for it (its outcome is written): wait for it here.
+    report_stopped.wait(timeout=10)
+    for line in lines:
         print(line)
 
 
