@@ -254,12 +254,14 @@ class Store:
         queues: Sequence[str] | None,
         lease: timedelta,
         limits: ClaimLimits,
+        limited: int,
     ) -> list[Job]:
-        """Claim within the limits of the limited tasks (one call: the function takes the
-        limits lock, then claims)."""
+        """Claim within the limits of the limited tasks, at most ``limited`` jobs of them
+        (one call: the function takes the limits lock, then claims)."""
         params: dict[str, Any] = {
             "worker": worker,
             "limit": limit,
+            "limited": limited,
             "lease": lease,
             "queues": list(queues) if queues else None,
             "scan": GROUP_SCAN,

@@ -145,11 +145,12 @@ SELECT w.written, c.*
 
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
--- how it works. Its rows have no trace_context: NULL, for an App without tracing.
+-- how it works; of the jobs it claims, at most %(limited)s are limited tasks' (migration
+-- 0011). Its rows have no trace_context: NULL, for an App without tracing.
 SELECT *, NULL::text AS trace_context FROM asyncq_claim_limited(
     %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[], %(scan)s::int,
     %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[], %(period)s::float8[],
-    %(group_concurrency)s::int[])
+    %(group_concurrency)s::int[], %(limited)s::int)
 
 -- name: claim_limited_traced
 -- claim_limited for an App with tracing: each job's trace_context is looked up by id
@@ -162,7 +163,7 @@ WITH claimed AS MATERIALIZED (
     SELECT * FROM asyncq_claim_limited(
         %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[],
         %(scan)s::int, %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[],
-        %(period)s::float8[], %(group_concurrency)s::int[])
+        %(period)s::float8[], %(group_concurrency)s::int[], %(limited)s::int)
 )
 SELECT c.*, (SELECT j.trace_context::text FROM asyncq_jobs j WHERE j.id = c.job_id)
   FROM claimed c

@@ -107,9 +107,10 @@ class Dispatcher:
 
     # -- attempts ---------------------------------------------------------------------
 
-    def hold(self, job: Job, sent: float | None = None) -> None:
+    def hold(self, job: Job, sent: float | None = None, *, first: bool = False) -> None:
         """Run ``job``, just claimed (when its runners are all busy, it waits for one)
-        by a statement sent at ``sent`` (the loop's time; None: now)."""
+        by a statement sent at ``sent`` (the loop's time; None: now); ``first``: before
+        the jobs waiting for a runner (a limited task's job, claimed for a free runner)."""
         earlier = self.held.get(job.id)
         if earlier is not None:
             # Claimed again here (reaped while this worker was frozen, say): the earlier
@@ -118,7 +119,10 @@ class Dispatcher:
         now = self._loop.time()
         attempt = Attempt(job, renewed=now if sent is None else sent)
         self.held[job.id] = attempt
-        self._queue.put(attempt)
+        if first:
+            self._queue.put_first(attempt)
+        else:
+            self._queue.put(attempt)
         due = attempt.renewed + self.fence_after
         if now >= due:  # a claim that took most of a lease: never run it
             self._fenced(attempt, now)

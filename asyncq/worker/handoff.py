@@ -34,6 +34,12 @@ class Handoff(Generic[T]):
         if self._woken is None:
             self._wake()
 
+    def put_first(self, item: T) -> None:
+        """Put ``item`` ahead of every item waiting."""
+        self.items.appendleft(item)
+        if self._woken is None:
+            self._wake()
+
     def take(self) -> T:
         """The first item (there must be one), waking a runner for the next, if any."""
         items = self.items

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Protocol
 
 import anyio
 from psycopg_pool import AsyncConnectionPool
@@ -33,6 +34,12 @@ from asyncq.worker.wakeup import Wakeup
 CLAIM_DEADLINE = DEADLINE
 
 
+class Hold(Protocol):
+    """The dispatcher's `hold`: run a job just claimed (``first``: before those waiting)."""
+
+    def __call__(self, job: Job, sent: float, *, first: bool = ...) -> None: ...
+
+
 class Producer:
     name = "claim"
 
@@ -48,7 +55,7 @@ class Producer:
         slots: Slots,
         wakeup: Wakeup,
         poll_interval: float,
-        hold: Callable[[Job, float], None],
+        hold: Hold,
         is_idle: Callable[[], bool],
         drain: bool,
         observer: Observer,
@@ -73,13 +80,17 @@ class Producer:
         # time (or for half the slots, with the jobs held ahead, if they hold less).
         self.refill_at = max(1, batch_size // 2)
         self.loops = claim_loops
-        # With limited tasks, every claim is the limited one (serialised in the schema);
-        # without, the claim is the plain one.
+        # With limited tasks, every claim is the limited one (serialised in the schema),
+        # which takes their jobs for free runners only: one claimed ahead would wait for a
+        # runner while it counted against its task's limit. Without, the plain one.
         self.limits = limits
+        self.limited_names = frozenset(limits.names) if limits is not None else frozenset()
         # The plain claim also writes the plain done outcomes waiting: while a claim is
         # out, or about to go out without waiting, they wait for it (`claim_coming`).
         self.completer = completer if limits is None else None
         self.claiming = 0  # claim loops whose claim is out or goes out at once
+        self.taken_out = 0  # slots taken by the claims out
+        self.limited_out = 0  # limited tasks' jobs the claims out may take
         if self.completer is not None:
             self.completer.claim_coming = lambda: self.claiming > 0
 
@@ -124,21 +135,27 @@ class Producer:
             await slots.wait_free(self.refill_at)
             claiming(True)
             want = min(slots.free, self.batch_size)
+            limited = self._limited(want)
+            ended = slots.ended
             slots.take(want)
+            self.taken_out += want
+            self.limited_out += limited
             began = anyio.current_time()
             try:
-                jobs, sent = await self._claim(kept, want)
+                jobs, sent = await self._claim(kept, want, limited)
             except TRANSIENT_ERRORS as exc:
                 slots.unclaimed(want)
                 claiming(False)
                 await tries.failed(exc)
                 continue
+            finally:
+                self.taken_out -= want
+                self.limited_out -= limited
             tries.succeeded()
             slots.unclaimed(want - len(jobs))
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
-                for job in jobs:
-                    self.hold(job, sent)
+                self._hold(jobs, sent)
             if len(jobs) == want:
                 # More is likely waiting: claim again at once (the runners start these
                 # jobs while that claim is out), and a sibling loop may claim it too.
@@ -146,6 +163,13 @@ class Producer:
                 continue
             claiming(False)
             await asyncio.sleep(0)  # the runners start their jobs before we wait
+            if self.limits is not None and limited < want and (jobs or not self.is_idle()):
+                # Limited tasks' jobs were taken for the free runners only: some may be
+                # ready still. Look again once a job ends (or at the usual wake-up).
+                idle_seen = False
+                with anyio.move_on_after(self.poll_interval):
+                    await slots.wait_ended(ended)
+                continue
             if self.drain:
                 if not jobs and self.is_idle():
                     if idle_seen:
@@ -159,7 +183,32 @@ class Producer:
             else:
                 await self.wakeup.wait(self.poll_interval if polls else None)
 
-    async def _claim(self, kept: KeptConnection, limit: int) -> tuple[list[Job], float]:
+    def _limited(self, want: int) -> int:
+        """How many of ``want`` jobs a claim may take of limited tasks: as many as runners
+        are free, less those that the claims out may take."""
+        if self.limits is None:
+            return want
+        in_hand = self.slots.used - self.taken_out  # running, or held for a runner
+        return max(0, min(want, self.slots.total - in_hand - self.limited_out))
+
+    def _hold(self, jobs: list[Job], sent: float) -> None:
+        """Hand ``jobs`` to the runners, limited tasks' first (claimed for free runners,
+        they wait behind no job held ahead)."""
+        names = self.limited_names
+        if names:
+            for job in reversed(jobs):
+                if job.task_name in names:
+                    self.hold(job, sent, first=True)
+            for job in jobs:
+                if job.task_name not in names:
+                    self.hold(job, sent)
+        else:
+            for job in jobs:
+                self.hold(job, sent)
+
+    async def _claim(
+        self, kept: KeptConnection, limit: int, limited: int
+    ) -> tuple[list[Job], float]:
         """The jobs claimed, and when the claim was sent (the loop's clock, the dispatcher's
         self-fence's): read once the connection is there, just before the statement, so
         no later than the database locks the rows (a connection that took long to come,
@@ -196,6 +245,7 @@ class Producer:
                         queues=self.queues,
                         lease=self.lease,
                         limits=self.limits,
+                        limited=limited,
                     )
                 else:
                     jobs = await self.store.claim(

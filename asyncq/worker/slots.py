@@ -33,6 +33,7 @@ class Slots:
         self.ahead_now = 0  # ``ahead`` while jobs are short, else 0
         self.used = 0
         self.unwritten = 0
+        self.ended = 0  # attempts ended so far
         self.average: float | None = None  # seconds an attempt lasts, on average
         self._freed = asyncio.Event()
 
@@ -64,6 +65,7 @@ class Slots:
 
     def give_back(self, *, to_write: bool) -> None:
         self.used -= 1
+        self.ended += 1
         if to_write:
             self.unwritten += 1
         self._freed.set()
@@ -79,5 +81,11 @@ class Slots:
 
     async def wait_free(self, at_least: int) -> None:
         while not self.enough(at_least):
+            self._freed.clear()
+            await self._freed.wait()
+
+    async def wait_ended(self, ended: int) -> None:
+        """Wait until more than ``ended`` attempts have ended."""
+        while self.ended == ended:
             self._freed.clear()
             await self._freed.wait()

@@ -112,7 +112,7 @@ class Worker:
 
     async def run(self) -> WorkerStats:
         settings = self.settings
-        loops = claim_loops(settings, limited=bool(self.limits))
+        loops = claim_loops(settings)
         pool = AsyncConnectionPool(
             self.conninfo,
             min_size=loops + 1,
@@ -138,7 +138,7 @@ class Worker:
         observer = self.observer
         # Limited tasks: a job claimed ahead would count against its task's limit while it
         # waits, so every claim takes only what can run at once.
-        slots = Slots(settings.concurrency, ahead=0 if self.limits else settings.prefetch)
+        slots = Slots(settings.concurrency, ahead=settings.prefetch)
         wakeup = Wakeup()
         assert settings.threads is not None
         threads = Threads(settings.threads)
@@ -308,7 +308,7 @@ class Worker:
         processes compile the claim function and plan its statement now, while the worker
         starts, rather than in its first claims (several milliseconds each, on the path of
         the first jobs)."""
-        if self._warmed >= claim_loops(self.settings, limited=bool(self.limits)):
+        if self._warmed >= claim_loops(self.settings):
             return
         self._warmed += 1
         # No table yet, say (the preflight says so), or a broken connection (the pool's).
@@ -388,10 +388,9 @@ class Worker:
         return restore
 
 
-def claim_loops(settings: WorkerSettings, *, limited: bool = False) -> int:
-    """Two claims in flight when the slots, with the jobs held ahead (none for an App
-    with limited tasks), hold two batches."""
-    room = settings.concurrency + (0 if limited else settings.prefetch)
+def claim_loops(settings: WorkerSettings) -> int:
+    """Two claims in flight when the slots, with the jobs held ahead, hold two batches."""
+    room = settings.concurrency + settings.prefetch
     return 2 if room >= 2 * settings.batch else 1
 
 

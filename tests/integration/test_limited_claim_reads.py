@@ -188,6 +188,40 @@ async def test_past_a_held_backlog_a_worker_of_some_queues_takes_only_theirs(
             assert await claim_ids(app, limit=4) == sorted(first)  # every queue, one paused
 
 
+async def test_a_claim_takes_limited_jobs_for_its_free_runners_only(throwaway_dsn: str) -> None:
+    """Of a claim of 10 with room for 3 limited tasks' jobs, at most 3 are theirs (the
+    first 3 in the claim's order, over both tasks), the rest another task's; the function
+    of ten arguments, which workers of schema version 10 call, takes up to the batch."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            for task, ago in [("capped", 9), ("rated", 8), ("capped", 7), ("rated", 6)] * 2:
+                db.execute(
+                    "INSERT INTO asyncq_jobs (task_name, run_at)"
+                    " VALUES (%s, now() - make_interval(hours => %s))",
+                    (task, ago),
+                )
+            db.execute(
+                "INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 20)"
+            )
+        async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+            params = claim_params(app) | {"limited": 3}
+            cur = await conn.execute(app.store.q["claim_limited"], params)
+            claimed = sorted(row[1] for row in await cur.fetchall())
+        assert claimed == sorted(["capped", "capped", "rated"] + ["free"] * 7)
+        async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+            params = claim_params(app)
+            cur = await conn.execute(
+                "SELECT job_task_name FROM asyncq_claim_limited("
+                " %(worker)s, %(limit)s, %(lease)s, %(queues)s, %(scan)s, %(names)s,"
+                " %(concurrency)s, %(rate)s, %(period)s, %(group_concurrency)s)",
+                params,
+            )
+            claimed = sorted(row[0] for row in await cur.fetchall())
+        assert claimed == sorted(["capped"] * 4 + ["rated"] * 4 + ["free"] * 2)
+
+
 async def test_without_the_index_a_worker_with_limits_says_so(
     throwaway_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -207,6 +241,7 @@ def claim_params(app: asyncq.App) -> dict[str, Any]:
     return {
         "worker": "w",
         "limit": 10,
+        "limited": 10,
         "lease": timedelta(seconds=30),
         "queues": None,
         "scan": GROUP_SCAN,

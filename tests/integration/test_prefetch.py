@@ -1,5 +1,5 @@
 """Claiming ahead: while jobs are short, a worker holds up to ``prefetch`` jobs more than
-its concurrency, waiting for a runner; with long jobs, or limited tasks, none."""
+its concurrency, waiting for a runner; with long jobs none, and of limited tasks none."""
 
 from __future__ import annotations
 
@@ -98,6 +98,46 @@ async def test_a_limited_task_is_never_claimed_ahead(app: asyncq.App, drain: Any
     stats = await drain(concurrency=2, batch_size=2, prefetch=2)
     assert stats.done == 100
     assert watch.most_held == 2
+
+
+async def test_with_limits_other_tasks_are_claimed_ahead_and_limited_ones_never_wait(
+    app: asyncq.App, drain: Any
+) -> None:
+    watch = Watch(app)
+    waiting_limited = 0  # claimed, not started
+    passed_over: list[int] = []  # other jobs started while a limited one waited
+
+    class Order(Observer):
+        def claimed(self, jobs: Sequence[Job], seconds: float) -> None:
+            nonlocal waiting_limited
+            waiting_limited += sum(job.task_name == "ahead.capped" for job in jobs)
+
+        def running(self, job: Job) -> AttemptEnded:
+            nonlocal waiting_limited
+            if job.task_name == "ahead.capped":
+                waiting_limited -= 1
+            elif waiting_limited:
+                passed_over.append(job.id)
+            return lambda *_: None
+
+    app._observers.append(Order())
+
+    @app.task(name="ahead.capped", concurrency=3)
+    async def capped(n: int) -> None:
+        await watch.job(0.002)
+
+    @app.task(name="ahead.free")
+    async def free(n: int) -> None:
+        await watch.job(0.002)
+
+    for n in range(150):
+        await capped.defer(n=n)
+        await free.defer(n=n)
+    stats = await drain(concurrency=4, batch_size=4, prefetch=8)
+    assert stats.done == 300
+    assert watch.most_running == 4
+    assert watch.most_held > 4  # the free task's jobs were claimed ahead
+    assert passed_over == []  # a limited job claimed ran before any held ahead
 
 
 def test_slots_hold_the_work_of_a_short_while_beyond_the_runners() -> None:

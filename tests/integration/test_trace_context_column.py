@@ -76,7 +76,13 @@ async def test_the_claims_return_the_context(app: asyncq.App) -> None:
         claimed = await plain.claim(conn, worker="w", limit=1, queues=["named"], lease=lease)
         for store in (traced, plain):  # one limited job each (concurrency=1), in id order
             claimed += await store.claim_limited(
-                conn, worker="w", limit=10, queues=["limited"], lease=lease, limits=limits
+                conn,
+                worker="w",
+                limit=10,
+                queues=["limited"],
+                lease=lease,
+                limits=limits,
+                limited=10,
             )
             await conn.execute(
                 "UPDATE asyncq_jobs SET status = 'done', expires_at = NULL WHERE id = %s",
