@@ -4,7 +4,8 @@ served over HTTP at ``/metrics``. The worker's runtime knows nothing of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from asyncq.errors import ConfigurationError
@@ -14,10 +15,13 @@ from asyncq.worker.outcomes import Kind, Outcome
 
 try:
     import prometheus_client as prom
+    from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
 except ImportError:  # pragma: no cover - depends on the extra
     prom = None  # type: ignore[assignment]
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+# The buckets' upper bounds as the exposition writes them (as prometheus_client does).
+_BOUNDS = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 # What a written outcome did to its job, as the label ``outcome``.
@@ -39,19 +43,8 @@ class WorkerMetrics(Observer):
             )
         self.registry = prom.CollectorRegistry()
         r = self.registry
-        self.ended = prom.Counter(
-            "asyncq_jobs_finished",
-            "Attempts ended, by task and outcome.",
-            ["task", "outcome"],
-            registry=r,
-        )
-        self.duration = prom.Histogram(
-            "asyncq_attempt_duration_seconds",
-            "How long attempts ran, by task.",
-            ["task"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
+        self.attempts = _Attempts()
+        r.register(self.attempts)
         self.claimed_jobs = prom.Counter("asyncq_jobs_claimed", "Jobs claimed.", registry=r)
         self.claim_seconds = prom.Histogram(
             "asyncq_claim_duration_seconds",
@@ -80,10 +73,6 @@ class WorkerMetrics(Observer):
             ["queue", "state"],
             registry=r,
         )
-        # The children of the per-job metrics, by (task, outcome): prometheus_client's
-        # ``labels()`` validates and looks them up under a lock, several microseconds a
-        # call, more than the rest of a no-op job's bookkeeping.
-        self._per_job: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._server: Any = None
 
     def serve(self, port: int, host: str) -> None:
@@ -110,16 +99,7 @@ class WorkerMetrics(Observer):
         label = "failed" if kind is Kind.RETRY and status == "failed" else _OUTCOMES[kind]
         if status == "cancelled":
             label = "cancelled"
-        key = (outcome.job.task_name, label)
-        children = self._per_job.get(key)
-        if children is None:
-            task = key[0]
-            children = self._per_job[key] = (
-                self.ended.labels(task, label),
-                self.duration.labels(task),
-            )
-        children[0].inc()
-        children[1].observe(outcome.duration)
+        self.attempts.ended(outcome.job.task_name, label, outcome.duration)
 
     def lease_lost(self, job: Job, why: str) -> None:
         self.lost.inc()
@@ -137,3 +117,51 @@ class WorkerMetrics(Observer):
         for q in queues:
             for state in ("ready", "scheduled", "running", "failed"):
                 self.depth.labels(q.queue, state).set(getattr(q, state))
+
+
+class _Attempts:
+    """The per-attempt metrics (attempts ended by task and outcome, their durations by
+    task), counted in plain numbers and read into metric families when scraped.
+    prometheus_client's own counter and histogram take a lock per update, and the
+    histogram searches its buckets in Python: about 2 us a job, against a no-op job's
+    30 us of bookkeeping in all; this is a quarter of that. The scrape runs in the HTTP
+    server's thread and reads copies, so a job counted meanwhile may show in a count and
+    not yet in its sum."""
+
+    def __init__(self) -> None:
+        self.by_outcome: dict[tuple[str, str], int] = {}
+        # Per task: the attempts in each bucket (the last one past every bound), and
+        # the sum of their durations.
+        self.durations: dict[str, tuple[list[int], list[float]]] = {}
+
+    def ended(self, task: str, outcome: str, seconds: float) -> None:
+        key = (task, outcome)
+        self.by_outcome[key] = self.by_outcome.get(key, 0) + 1
+        found = self.durations.get(task)
+        if found is None:
+            found = self.durations[task] = ([0] * (len(DURATION_BUCKETS) + 1), [0.0])
+        found[0][bisect_left(DURATION_BUCKETS, seconds)] += 1
+        found[1][0] += seconds
+
+    def collect(self) -> Iterator[Any]:
+        ended = CounterMetricFamily(
+            "asyncq_jobs_finished",
+            "Attempts ended, by task and outcome.",
+            labels=["task", "outcome"],
+        )
+        for (task, outcome), count in dict(self.by_outcome).items():
+            ended.add_metric([task, outcome], count)
+        yield ended
+        duration = HistogramMetricFamily(
+            "asyncq_attempt_duration_seconds",
+            "How long attempts ran, by task.",
+            labels=["task"],
+        )
+        for task, (counts, total) in dict(self.durations).items():
+            cumulative = 0
+            buckets = []
+            for bound, count in zip(_BOUNDS, list(counts), strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            duration.add_metric([task], buckets, total[0])
+        yield duration

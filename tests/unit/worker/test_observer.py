@@ -111,3 +111,22 @@ def test_the_metrics_count_an_attempt_stopped_by_the_self_fence_as_a_lease_lost_
     value = metrics.registry.get_sample_value
     assert value("asyncq_attempts_fenced_total") == 1
     assert value("asyncq_leases_lost_total") == 2
+
+
+def test_the_metrics_count_attempts_by_task_and_outcome_and_bucket_their_durations() -> None:
+    pytest.importorskip("prometheus_client")
+    from asyncq.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    for seconds in (0.005, 0.0051, 2.0, 1000.0):  # a bucket holds durations up to its bound
+        metrics.finished(Outcome(JOB, Kind.DONE, duration=seconds), "done")
+    metrics.finished(Outcome(JOB, Kind.RETRY, duration=0.1), "queued")
+    value = metrics.registry.get_sample_value
+    task = {"task": JOB.task_name}
+    assert value("asyncq_jobs_finished_total", task | {"outcome": "done"}) == 4
+    assert value("asyncq_jobs_finished_total", task | {"outcome": "retried"}) == 1
+    buckets = {"0.005": 1, "0.01": 2, "0.1": 3, "1.0": 3, "2.5": 4, "900.0": 4, "+Inf": 5}
+    for bound, count in buckets.items():
+        assert value("asyncq_attempt_duration_seconds_bucket", task | {"le": bound}) == count
+    assert value("asyncq_attempt_duration_seconds_count", task) == 5
+    assert value("asyncq_attempt_duration_seconds_sum", task) == pytest.approx(1002.1101)
