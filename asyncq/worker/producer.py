@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
@@ -131,6 +132,9 @@ class Producer:
         idle_seen = False
         slots = self.slots
         while True:
+            # While full batches come back, nothing below waits outside the claim's shield:
+            # a stop (the cancel of the claim loops) is taken here, between two claims.
+            await anyio.lowlevel.checkpoint_if_cancelled()
             claiming(slots.enough(self.refill_at))
             await slots.wait_free(self.refill_at)
             claiming(True)

@@ -130,3 +130,22 @@ def test_a_def_task_that_outlives_the_grace_period_does_not_keep_the_worker_aliv
     row = job_row(db, job_id)
     assert (row["status"], row["attempts"]) == ("queued", 0)
     assert not ledger.events("end", job_id)
+
+
+def test_sigterm_stops_a_worker_whose_claims_come_back_full(db, workers: Workers) -> None:
+    """With a backlog, claim after claim comes back full and the next goes out at once:
+    the stop must reach the claim loop between two of them, not once the backlog is gone."""
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name) SELECT %s FROM generate_series(1, 100000)", (NOOP,)
+    )
+    worker = workers.start("--concurrency", "100", "--batch-size", "100")
+
+    def done() -> int:
+        (count,) = db.execute("SELECT count(*) FROM asyncq_jobs WHERE status = 'done'").fetchone()
+        return int(count)
+
+    wait_until(lambda: done() >= 1000, 30, "the worker to be busy")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.stderr()
+    (queued,) = db.execute("SELECT count(*) FROM asyncq_jobs WHERE status = 'queued'").fetchone()
+    assert queued > 50_000, f"the worker went on claiming after SIGTERM: {queued} left"
