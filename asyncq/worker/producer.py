@@ -167,9 +167,9 @@ class Producer:
                 continue
             claiming(False)
             await asyncio.sleep(0)  # the runners start their jobs before we wait
-            if self.limits is not None and limited < want and (jobs or not self.is_idle()):
-                # Limited tasks' jobs were taken for the free runners only: some may be
-                # ready still. Look again once a job ends (or at the usual wake-up).
+            if self._cut_short(jobs, limited, want) and (jobs or not self.is_idle()):
+                # Limited tasks' jobs were taken for the free runners only, as many as
+                # those: more may be ready. Look again once a job ends (or at the poll).
                 idle_seen = False
                 with anyio.move_on_after(self.poll_interval):
                     await slots.wait_ended(ended)
@@ -194,6 +194,14 @@ class Producer:
             return want
         in_hand = self.slots.used - self.taken_out  # running, or held for a runner
         return max(0, min(want, self.slots.total - in_hand - self.limited_out))
+
+    def _cut_short(self, jobs: list[Job], limited: int, want: int) -> bool:
+        """Whether a claim that took fewer than ``want`` jobs may have left limited tasks'
+        jobs for want of free runners: it took as many of them as it was allowed."""
+        if self.limits is None or limited >= want:
+            return False
+        names = self.limited_names
+        return sum(job.task_name in names for job in jobs) >= limited
 
     def _hold(self, jobs: list[Job], sent: float) -> None:
         """Hand ``jobs`` to the runners, limited tasks' first (claimed for free runners,

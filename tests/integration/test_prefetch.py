@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import pytest
 
 import asyncq
@@ -138,6 +139,34 @@ async def test_with_limits_other_tasks_are_claimed_ahead_and_limited_ones_never_
     assert watch.most_running == 4
     assert watch.most_held > 4  # the free task's jobs were claimed ahead
     assert passed_over == []  # a limited job claimed ran before any held ahead
+
+
+async def test_a_limited_job_left_for_want_of_a_free_runner_is_claimed_once_one_frees(
+    app: asyncq.App,
+) -> None:
+    """A worker that polls once a minute, its runners busy with jobs claimed ahead: the
+    limited job that its claims left is claimed once a runner frees, not at the poll."""
+    done = anyio.Event()
+
+    @app.task(name="ahead.busy")
+    async def busy(n: int) -> None:
+        await asyncio.sleep(0.005)
+
+    @app.task(name="ahead.last", concurrency=5)
+    async def last() -> None:
+        done.set()
+
+    await busy.defer_many([{"n": n} for n in range(200)])
+    await last.defer()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            lambda: app.run_worker(
+                concurrency=2, batch_size=4, prefetch=8, poll_interval=60, handle_signals=False
+            )
+        )
+        with anyio.fail_after(20):
+            await done.wait()
+        tg.cancel_scope.cancel()
 
 
 def test_slots_hold_the_work_of_a_short_while_beyond_the_runners() -> None:
