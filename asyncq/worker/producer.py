@@ -146,15 +146,16 @@ class Producer:
             self.limited_out += limited
             began = anyio.current_time()
             try:
-                jobs, sent = await self._claim(kept, want, limited)
+                try:
+                    jobs, sent = await self._claim(kept, want, limited)
+                finally:
+                    self.taken_out -= want
+                    self.limited_out -= limited
             except TRANSIENT_ERRORS as exc:
                 slots.unclaimed(want)
                 claiming(False)
                 await tries.failed(exc)
                 continue
-            finally:
-                self.taken_out -= want
-                self.limited_out -= limited
             tries.succeeded()
             slots.unclaimed(want - len(jobs))
             if jobs:
