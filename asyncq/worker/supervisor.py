@@ -136,8 +136,6 @@ class Worker:
                 await pool.close()
             raise
         observer = self.observer
-        # Limited tasks: a job claimed ahead would count against its task's limit while it
-        # waits, so every claim takes only what can run at once.
         slots = Slots(settings.concurrency, ahead=settings.prefetch)
         wakeup = Wakeup()
         assert settings.threads is not None
