@@ -12,6 +12,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from psycopg import errors
+from psycopg.pq import TransactionStatus
+
 from asyncq.codec import validate_name
 from asyncq.display import age
 from asyncq.display import since as since_then
@@ -135,13 +138,30 @@ def job_ids(ids: Sequence[object]) -> list[int]:
     return wanted
 
 
+CANCEL_TRIES = 5
+
+
 async def cancel(conn: Conn, store: Store, ids: Sequence[int]) -> dict[int, str]:
     """Cancel jobs: what happened to each, in the order given: ``cancelled`` (it was
     queued), ``aborting`` (it runs: its worker stops it and writes it cancelled), else
     why not: its status (``done``, ``failed``, ``cancelled``) or ``not found``."""
     wanted = list(dict.fromkeys(job_ids(ids)))
-    found = await store.cancel(conn, ids=wanted) if wanted else {}
+    found = await _cancel(conn, store, wanted) if wanted else {}
     return {i: found.get(i, NOT_FOUND) for i in wanted}
+
+
+async def _cancel(conn: Conn, store: Store, ids: list[int]) -> dict[int, str]:
+    for tries_left in reversed(range(CANCEL_TRIES)):
+        try:
+            return await store.cancel(conn, ids=ids)
+        except errors.DeadlockDetected:
+            # The cancel locks its jobs in id order, and so do the workers' writes; a
+            # transaction that locks them its own way can still meet it in a cycle, and
+            # one of the two loses. The statement rolled back whole: try it again, but
+            # not inside a caller's transaction, which the error has ended.
+            if not tries_left or conn.info.transaction_status != TransactionStatus.IDLE:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def pause(conn: Conn, store: Store, queue: str) -> bool:
