@@ -80,9 +80,11 @@ def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[s
     """The parameters every write after the claim is fenced on: this worker, each job's
     id and the claim it holds it by; ``columns`` hold a value for each job.
 
-    All of them in the order of the ids: the write then locks its rows in that order, as
-    a cancel locks its own, and the two never wait for each other in a cycle (a deadlock,
-    which costs the loser a second and a retry). Jobs end in any order."""
+    All of them in the order of the ids (jobs end in any order): the statement then
+    locks its rows in that order, as a cancel locks its own, and the two do not wait for
+    each other in a cycle (a deadlock, which costs the loser a second and a retry). A
+    transaction of several such statements (a batch of outcomes of several kinds) locks
+    statement by statement, and can still meet a cancel in one: both sides retry it."""
     if any(a.id > b.id for a, b in itertools.pairwise(jobs)):
         order = sorted(range(len(jobs)), key=lambda i: jobs[i].id)
         jobs = [jobs[i] for i in order]
