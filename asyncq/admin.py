@@ -151,7 +151,8 @@ async def cancel(conn: Conn, store: Store, ids: Sequence[int]) -> dict[int, str]
 
 
 async def _cancel(conn: Conn, store: Store, ids: list[int]) -> dict[int, str]:
-    for tries_left in reversed(range(CANCEL_TRIES)):
+    tries = 1
+    while True:
         try:
             return await store.cancel(conn, ids=ids)
         except errors.DeadlockDetected:
@@ -159,9 +160,9 @@ async def _cancel(conn: Conn, store: Store, ids: list[int]) -> dict[int, str]:
             # transaction that locks them its own way can still meet it in a cycle, and
             # one of the two loses. The statement rolled back whole: try it again, but
             # not inside a caller's transaction, which the error has ended.
-            if not tries_left or conn.info.transaction_status != TransactionStatus.IDLE:
+            if tries == CANCEL_TRIES or conn.info.transaction_status != TransactionStatus.IDLE:
                 raise
-    raise AssertionError("unreachable")
+            tries += 1
 
 
 async def pause(conn: Conn, store: Store, queue: str) -> bool:
