@@ -21,6 +21,10 @@ on all alike:
 
 It prints each run, the medians, and each configuration against ``plain`` (the ratio of
 the medians, and the median of each round's own ratio).
+
+``--baseline REF`` also runs each configuration with asyncq as it was at the commit REF
+(`benchmarks.baseline`), right before the working tree's in each round, and prints each
+configuration against its baseline. Both run on the schema the working tree migrates to.
 """
 
 from __future__ import annotations
@@ -32,11 +36,14 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import psycopg
 
+from benchmarks import baseline
 from benchmarks.common import ROOT, with_dbname
 
 DB = "asyncq_bench_features"
@@ -98,10 +105,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(dsn: str, features: tuple[str, ...], *, seconds: float, concurrency: int) -> float:
-    """Jobs done per second in the window."""
+def run(
+    dsn: str,
+    features: tuple[str, ...],
+    *,
+    seconds: float,
+    concurrency: int,
+    package: Path | None = None,
+) -> float:
+    """Jobs done per second in the window; with ``package``, by that asyncq_baseline's
+    worker."""
     env = dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES=",".join(features))
-    args = [sys.executable, "-m", "asyncq", "worker", "benchmarks.features_app:app"]
+    module = "asyncq"
+    if package is not None:
+        module = env["BENCH_ASYNCQ"] = package.name
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package.parent), str(ROOT)]))
+    args = [sys.executable, "-m", module, "worker", "benchmarks.features_app:app"]
     args += ["--concurrency", str(concurrency), "--batch-size", str(min(concurrency, 100))]
     port = None
     if "metrics" in features:
@@ -151,6 +170,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=300_000)
     parser.add_argument("--only", default=",".join(CONFIGS), help="configurations to run")
+    parser.add_argument("--baseline", help="a commit whose asyncq runs each configuration too")
     args = parser.parse_args()
     if not args.dsn:
         parser.error("give --dsn or $ASYNCQ_BENCH_DSN")
@@ -158,7 +178,17 @@ def main() -> None:
     unknown = set(names) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configurations: {sorted(unknown)}")
+    with tempfile.TemporaryDirectory(prefix="asyncq-baseline-") as scratch:
+        package = None
+        if args.baseline:
+            try:
+                package = baseline.extract(baseline.resolve(args.baseline), Path(scratch))
+            except (ValueError, RuntimeError) as exc:
+                parser.error(f"--baseline: {exc}")
+        measure(args, names, package)
 
+
+def measure(args: argparse.Namespace, names: list[str], package: Path | None) -> None:
     with psycopg.connect(args.dsn, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {DB}")
@@ -171,14 +201,26 @@ def main() -> None:
         capture_output=True,
     )
     rates: dict[str, list[float]] = {name: [] for name in names}
+    before: dict[str, list[float]] = {name: [] for name in names}
     try:
         for number in range(1, args.rounds + 1):
             order = names if number % 2 else names[::-1]
             for name in order:
+                if package is not None:
+                    fill(dsn, args.jobs)
+                    rate = run(
+                        dsn,
+                        CONFIGS[name],
+                        seconds=args.seconds,
+                        concurrency=args.concurrency,
+                        package=package,
+                    )
+                    before[name].append(rate)
+                    print(f"round {number} {name + '@base':<15} {rate:8.0f} jobs/s", flush=True)
                 fill(dsn, args.jobs)
                 rate = run(dsn, CONFIGS[name], seconds=args.seconds, concurrency=args.concurrency)
                 rates[name].append(rate)
-                print(f"round {number} {name:<10} {rate:8.0f} jobs/s", flush=True)
+                print(f"round {number} {name:<15} {rate:8.0f} jobs/s", flush=True)
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
@@ -194,6 +236,22 @@ def main() -> None:
                 f"  vs plain {median / statistics.median(plain):.2f}x"
                 f" (rounds' ratios, median {statistics.median(ratios):.2f}x)"
             )
+        print(line)
+    if package is None:
+        return
+    print(f"\nbaseline {args.baseline}:")
+    plain = before.get("plain")
+    for name in names:
+        median = statistics.median(before[name])
+        runs = " ".join(f"{r:.0f}" for r in before[name])
+        line = f"{name:<10} median {median:8.0f} jobs/s  (runs {runs})"
+        if plain and name != "plain":
+            line += f"  vs plain {median / statistics.median(plain):.2f}x"
+        ratios = [r / b for b, r in zip(before[name], rates[name], strict=True)]
+        line += (
+            f"  working tree vs baseline {statistics.median(rates[name]) / median:.2f}x"
+            f" (rounds' ratios, median {statistics.median(ratios):.2f}x)"
+        )
         print(line)
 
 

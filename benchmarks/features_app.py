@@ -2,13 +2,17 @@
 the features ``$BENCH_FEATURES`` names (comma-separated): ``limits`` (one task limited to
 50 at once, another to 1,000 starts a second: every claim is then the limited one),
 ``schedules`` (100 schedules of a no-op task, every minute). Metrics are the worker's
-``--metrics-port``, and result waiters a process of their own (`benchmarks.features`)."""
+``--metrics-port``, and result waiters a process of their own (`benchmarks.features`).
+``$BENCH_ASYNCQ`` names the package to build it with (``asyncq_baseline`` for
+``--baseline``)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
-import asyncq
+# `benchmarks.features --baseline` runs this App on asyncq as it was at another commit
+asyncq = importlib.import_module(os.environ.get("BENCH_ASYNCQ", "asyncq"))
 
 FEATURES = set(filter(None, os.environ.get("BENCH_FEATURES", "").split(",")))
 LIMITED = "limits" in FEATURES
