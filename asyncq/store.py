@@ -283,38 +283,6 @@ class Store:
         cur = await conn.execute(query, params)
         return [Job._make(row) for row in await cur.fetchall()]
 
-    async def claim_limited_writing_done(
-        self,
-        conn: Conn,
-        *,
-        worker: str,
-        limit: int,
-        queues: Sequence[str] | None,
-        lease: timedelta,
-        limits: ClaimLimits,
-        limited: int,
-        done: Sequence[Job],
-    ) -> tuple[list[Job], int]:
-        """`claim_limited`, in the statement that first writes ``done`` done as
-        `claim_writing_done` does (the limits then count them ended): the jobs claimed,
-        and how many of ``done`` this worker still owned, written done."""
-        params = _fence(worker, done)
-        params.update(
-            limit=limit,
-            limited=limited,
-            lease=lease,
-            queues=list(queues) if queues else None,
-            scan=GROUP_SCAN,
-            traced=self.traced,
-            **limits.params(),
-        )
-        cur = await conn.execute(self.q["claim_limited_writing_done"], params)
-        rows = await cur.fetchall()
-        written = int(rows[0][0])
-        if rows[0][1] is None:
-            return [], written
-        return [Job._make(row[1:]) for row in rows], written
-
     async def mark_done(
         self,
         conn: Conn,

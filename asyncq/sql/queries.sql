@@ -168,36 +168,6 @@ WITH claimed AS MATERIALIZED (
 SELECT c.*, (SELECT j.trace_context::text FROM asyncq_jobs j WHERE j.id = c.job_id)
   FROM claimed c
 
--- name: claim_limited_writing_done
--- claim_limited that first writes done the jobs of this worker whose tasks returned
--- nothing to store, as claim_writing_done does for the plain claim. The function runs
--- once they are written (the LEFT JOIN's inner side, after the count of ended), and
--- counts each limited task's running jobs afresh: a job written done here no longer
--- takes its task's room from this very claim. With traced, each job's trace_context is
--- looked up as claim_limited_traced does; else NULL.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'done', finished_at = now(), expires_at = NULL
-      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
-     WHERE j.id = f.id AND j.claims = f.claim
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
-    HAVING EXISTS (SELECT FROM asyncq_result_listeners
-                    WHERE seen_at > now() - interval '1 minute')
-), written AS (
-    SELECT count(*) AS written FROM ended LEFT JOIN announced ON true
-)
-SELECT w.written, c.*,
-       CASE WHEN %(traced)s::boolean
-            THEN (SELECT j.trace_context::text FROM asyncq_jobs j WHERE j.id = c.job_id) END
-  FROM written w
-  LEFT JOIN asyncq_claim_limited(
-           %(worker)s::text, %(limit)s::int, %(lease)s::interval, %(queues)s::text[],
-           %(scan)s::int, %(names)s::text[], %(concurrency)s::int[], %(rate)s::int[],
-           %(period)s::float8[], %(group_concurrency)s::int[], %(limited)s::int) AS c ON true
-
 -- name: mark_done
 -- Jobs whose tasks returned nothing to store: the path of nearly every job, with no
 -- result column to write. The announcement runs only while an App waits for results

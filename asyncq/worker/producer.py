@@ -86,9 +86,9 @@ class Producer:
         # runner while it counted against its task's limit. Without, the plain one.
         self.limits = limits
         self.limited_names = frozenset(limits.names) if limits is not None else frozenset()
-        # A claim also writes the plain done outcomes waiting: while a claim is out, or
-        # about to go out without waiting, they wait for it (`claim_coming`).
-        self.completer = completer
+        # The plain claim also writes the plain done outcomes waiting: while a claim is
+        # out, or about to go out without waiting, they wait for it (`claim_coming`).
+        self.completer = completer if limits is None else None
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
         self.limited_out = 0  # limited tasks' jobs the claims out may take
@@ -238,26 +238,14 @@ class Producer:
                 if plain:
                     assert completer is not None
                     try:
-                        if self.limits is not None:
-                            jobs, written = await self.store.claim_limited_writing_done(
-                                conn,
-                                worker=self.worker,
-                                limit=limit,
-                                queues=self.queues,
-                                lease=self.lease,
-                                limits=self.limits,
-                                limited=limited,
-                                done=[o.job for o in plain],
-                            )
-                        else:
-                            jobs, written = await self.store.claim_writing_done(
-                                conn,
-                                worker=self.worker,
-                                limit=limit,
-                                queues=self.queues,
-                                lease=self.lease,
-                                done=[o.job for o in plain],
-                            )
+                        jobs, written = await self.store.claim_writing_done(
+                            conn,
+                            worker=self.worker,
+                            limit=limit,
+                            queues=self.queues,
+                            lease=self.lease,
+                            done=[o.job for o in plain],
+                        )
                     except BaseException:
                         completer.give_back(plain)  # written or not: the fence tells
                         raise

@@ -1,6 +1,5 @@
-"""The claim that writes done outcomes: fenced as mark_done is, in the claim's statement
-(the plain claim and the limited one), and what it could not write (refused, or its
-answer lost) is written by the completer."""
+"""The claim that writes done outcomes: fenced as mark_done is, in the claim's statement,
+and what it could not write (refused, or its answer lost) is written by the completer."""
 
 from __future__ import annotations
 
@@ -12,8 +11,6 @@ import pytest
 
 import asyncq
 from asyncq.job import Job
-from asyncq.limits import ClaimLimits, TaskLimits
-from asyncq.store import NewJob, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -55,66 +52,15 @@ async def test_the_claim_writes_done_only_what_this_claim_still_owns_and_claims_
     ]
 
 
-async def test_the_limited_claim_writes_done_first_and_counts_those_jobs_ended(
-    app: asyncq.App, db: psycopg.Connection[Any]
-) -> None:
-    one_at_a_time = TaskLimits.declared(concurrency=1, rate_limit=None, group_concurrency=None)
-    limits = ClaimLimits.of([("cwd.capped", one_at_a_time)])
-    assert limits is not None
-    context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-    plain, traced, worker = Store(), Store(traced=True), "host:1:cwd"
-    capped = NewJob("cwd.capped", "q", "{}", 0, None, 0.0, 3, trace_context=context)
-    async with app.pool.connection() as conn:
-        ids = [await plain.insert_job(conn, capped) for _ in range(3)]
-
-        async def claim(store: Store, done: list[Job]) -> tuple[list[Job], int]:
-            return await store.claim_limited_writing_done(
-                conn,
-                worker=worker,
-                limit=10,
-                queues=None,
-                lease=LEASE,
-                limits=limits,
-                limited=10,
-                done=done,
-            )
-
-        first, written = await claim(plain, [])
-        assert ([job.id for job in first], written) == (ids[:1], 0)
-        assert first[0].trace_context is None  # not looked up for an untraced App
-        # The task's one place is taken until the first is written done: this claim
-        # writes it, and the limits, counted after, let the next one run.
-        second, written = await claim(traced, first)
-        assert ([job.id for job in second], written) == (ids[1:2], 1)
-        assert second[0].trace_context == context
-        # Fenced: a done outcome of a claim this worker no longer holds is not written,
-        # and its job still takes the place.
-        db.execute("UPDATE asyncq_jobs SET claims = claims + 1 WHERE id = %s", (ids[1],))
-        assert await claim(plain, second) == ([], 0)
-    rows = db.execute("SELECT id, status::text FROM asyncq_jobs ORDER BY id").fetchall()
-    assert rows == [(ids[0], "done"), (ids[1], "running"), (ids[2], "queued")]
-
-
-@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
 async def test_done_outcomes_of_a_claim_whose_answer_was_lost_are_written_and_reported_done(
-    app: asyncq.App,
-    db: psycopg.Connection[Any],
-    monkeypatch: pytest.MonkeyPatch,
-    limited: bool,
+    app: asyncq.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     @app.task(name="cwd.many")
     async def many() -> None:
         pass
 
-    if limited:  # every claim is then the limited one
-
-        @app.task(name="cwd.capped", concurrency=5)
-        async def capped() -> None:
-            pass
-
     store = app.store
-    name = "claim_limited_writing_done" if limited else "claim_writing_done"
-    claim_writing_done = getattr(store, name)
+    claim_writing_done = store.claim_writing_done
     calls: list[int] = []
 
     async def answer_lost(conn: Any, **kwargs: Any) -> Any:
@@ -124,7 +70,7 @@ async def test_done_outcomes_of_a_claim_whose_answer_was_lost_are_written_and_re
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return result
 
-    monkeypatch.setattr(store, name, answer_lost)
+    monkeypatch.setattr(store, "claim_writing_done", answer_lost)
     await many.defer_many([{}] * 300)
     stats = await app.run_worker(
         drain=True, handle_signals=False, concurrency=10, batch_size=10, prefetch=0
