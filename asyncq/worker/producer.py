@@ -88,6 +88,9 @@ class Producer:
         self.limited_names = frozenset(limits.names) if limits is not None else frozenset()
         # The plain claim also writes the plain done outcomes waiting: while a claim is
         # out, or about to go out without waiting, they wait for it (`claim_coming`).
+        # Not the limited claim: its lock is held through its commit, and the done write
+        # (with its announcement to result waiters) there made every claim's turn longer
+        # than the outcome writer's own statement beside it (benchmarks/README.md).
         self.completer = completer if limits is None else None
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
