@@ -202,56 +202,58 @@ def measure(args: argparse.Namespace, names: list[str], package: Path | None) ->
     )
     rates: dict[str, list[float]] = {name: [] for name in names}
     before: dict[str, list[float]] = {name: [] for name in names}
+    # The baseline's run of each configuration right before the working tree's
+    turns: list[tuple[Path | None, dict[str, list[float]], str]] = []
+    if package is not None:
+        turns.append((package, before, "@base"))
+    turns.append((None, rates, ""))
     try:
         for number in range(1, args.rounds + 1):
             order = names if number % 2 else names[::-1]
             for name in order:
-                if package is not None:
+                for asyncq_package, into, suffix in turns:
                     fill(dsn, args.jobs)
                     rate = run(
                         dsn,
                         CONFIGS[name],
                         seconds=args.seconds,
                         concurrency=args.concurrency,
-                        package=package,
+                        package=asyncq_package,
                     )
-                    before[name].append(rate)
-                    print(f"round {number} {name + '@base':<15} {rate:8.0f} jobs/s", flush=True)
-                fill(dsn, args.jobs)
-                rate = run(dsn, CONFIGS[name], seconds=args.seconds, concurrency=args.concurrency)
-                rates[name].append(rate)
-                print(f"round {number} {name:<15} {rate:8.0f} jobs/s", flush=True)
+                    into[name].append(rate)
+                    print(f"round {number} {name + suffix:<15} {rate:8.0f} jobs/s", flush=True)
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
     print()
+    summarise(names, rates)
+    if package is not None:
+        print(f"\nbaseline {args.baseline}:")
+        summarise(names, before, against=rates)
+
+
+def ratio(ours: list[float], theirs: list[float]) -> str:
+    """Ours against theirs: the ratio of the medians, and the median of each round's."""
+    rounds = [o / t for o, t in zip(ours, theirs, strict=True)]
+    return (
+        f"{statistics.median(ours) / statistics.median(theirs):.2f}x"
+        f" (rounds' ratios, median {statistics.median(rounds):.2f}x)"
+    )
+
+
+def summarise(
+    names: list[str], rates: dict[str, list[float]], against: dict[str, list[float]] | None = None
+) -> None:
+    """Each configuration's median and runs, against ``plain``; with ``against`` (the
+    working tree's, when ``rates`` are the baseline's), the working tree against them."""
     plain = rates.get("plain")
     for name in names:
-        median = statistics.median(rates[name])
         runs = " ".join(f"{r:.0f}" for r in rates[name])
-        line = f"{name:<10} median {median:8.0f} jobs/s  (runs {runs})"
+        line = f"{name:<10} median {statistics.median(rates[name]):8.0f} jobs/s  (runs {runs})"
         if plain and name != "plain":
-            ratios = [r / p for p, r in zip(plain, rates[name], strict=True)]
-            line += (
-                f"  vs plain {median / statistics.median(plain):.2f}x"
-                f" (rounds' ratios, median {statistics.median(ratios):.2f}x)"
-            )
-        print(line)
-    if package is None:
-        return
-    print(f"\nbaseline {args.baseline}:")
-    plain = before.get("plain")
-    for name in names:
-        median = statistics.median(before[name])
-        runs = " ".join(f"{r:.0f}" for r in before[name])
-        line = f"{name:<10} median {median:8.0f} jobs/s  (runs {runs})"
-        if plain and name != "plain":
-            line += f"  vs plain {median / statistics.median(plain):.2f}x"
-        ratios = [r / b for b, r in zip(before[name], rates[name], strict=True)]
-        line += (
-            f"  working tree vs baseline {statistics.median(rates[name]) / median:.2f}x"
-            f" (rounds' ratios, median {statistics.median(ratios):.2f}x)"
-        )
+            line += f"  vs plain {ratio(rates[name], plain)}"
+        if against is not None:
+            line += f"  working tree vs baseline {ratio(against[name], rates[name])}"
         print(line)
 
 
