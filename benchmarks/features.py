@@ -24,8 +24,8 @@ the medians, and the median of each round's own ratio).
 
 ``--baseline REF`` also runs each configuration with asyncq as it was at the commit REF
 (`benchmarks.baseline`), back to back with the working tree's in each round (the first
-alternating between rounds), and prints each configuration against its baseline. Both
-run on the schema the working tree migrates to.
+alternating between rounds), and prints each configuration against its baseline. Each
+runs on a database of its own, migrated by its own asyncq.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ CONFIGS = {
 }
 
 WAITERS = """
-import asyncio, os, random, sys
-import asyncq
+import asyncio, importlib, os, random, sys
+asyncq = importlib.import_module(os.environ.get("BENCH_ASYNCQ", "asyncq"))
 app = asyncq.App(os.environ["ASYNCQ_DSN"])
 
 async def wait_one(ids):
@@ -106,6 +106,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def environment(
+    dsn: str, features: tuple[str, ...], package: Path | None
+) -> tuple[dict[str, str], str]:
+    """The environment of an asyncq command for ``features``, and the module to run: with
+    ``package``, that asyncq_baseline."""
+    env = dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES=",".join(features))
+    module = "asyncq"
+    if package is not None:
+        module = env["BENCH_ASYNCQ"] = package.name
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package.parent), str(ROOT)]))
+    return env, module
+
+
 def run(
     dsn: str,
     features: tuple[str, ...],
@@ -116,11 +129,7 @@ def run(
 ) -> float:
     """Jobs done per second in the window; with ``package``, by that asyncq_baseline's
     worker."""
-    env = dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES=",".join(features))
-    module = "asyncq"
-    if package is not None:
-        module = env["BENCH_ASYNCQ"] = package.name
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package.parent), str(ROOT)]))
+    env, module = environment(dsn, features, package)
     args = [sys.executable, "-m", module, "worker", "benchmarks.features_app:app"]
     args += ["--concurrency", str(concurrency), "--batch-size", str(min(concurrency, 100))]
     port = None
@@ -190,17 +199,20 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, names: list[str], package: Path | None) -> None:
+    # The baseline runs on a database of its own, migrated by its own asyncq: a change to
+    # a migration's SQL is measured too
+    databases = {None: DB}
+    if package is not None:
+        databases[package] = f"{DB}_base"
     with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB}")
-    dsn = with_dbname(args.dsn, DB)
-    subprocess.run(
-        [sys.executable, "-m", "asyncq", "migrate", "benchmarks.features_app:app"],
-        env=dict(os.environ, ASYNCQ_DSN=dsn, BENCH_FEATURES="limits,schedules"),
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+        for name in databases.values():
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+    for asyncq_package, name in databases.items():
+        dsn = with_dbname(args.dsn, name)
+        env, module = environment(dsn, ("limits", "schedules"), asyncq_package)
+        migrate = [sys.executable, "-m", module, "migrate", "benchmarks.features_app:app"]
+        subprocess.run(migrate, env=env, cwd=ROOT, check=True, capture_output=True)
     rates: dict[str, list[float]] = {name: [] for name in names}
     before: dict[str, list[float]] = {name: [] for name in names}
     # The baseline's run of each configuration and the working tree's back to back, the
@@ -215,6 +227,7 @@ def measure(args: argparse.Namespace, names: list[str], package: Path | None) ->
             order = names if number % 2 else names[::-1]
             for name in order:
                 for asyncq_package, into, suffix in turns if number % 2 else turns[::-1]:
+                    dsn = with_dbname(args.dsn, databases[asyncq_package])
                     fill(dsn, args.jobs)
                     rate = run(
                         dsn,
@@ -227,7 +240,8 @@ def measure(args: argparse.Namespace, names: list[str], package: Path | None) ->
                     print(f"round {number} {name + suffix:<15} {rate:8.0f} jobs/s", flush=True)
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            for name in databases.values():
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     print()
     summarise(names, rates)
     if package is not None:
