@@ -188,6 +188,130 @@ async def test_past_a_held_backlog_a_worker_of_some_queues_takes_only_theirs(
             assert await claim_ids(app, limit=4) == sorted(first)  # every queue, one paused
 
 
+HELD = "asyncq.claim_head_held"
+
+
+def claim_on(
+    conn: psycopg.Connection[Any], db: psycopg.Connection[Any], app: asyncq.App
+) -> tuple[list[str], int, str]:
+    """One limited claim of 10 on ``conn``, committed: the tasks claimed, how many times it
+    scanned the ready order's index (that is, read the head), and the connection's
+    asyncq.claim_head_held after it."""
+
+    def head_reads() -> int:
+        row = db.execute(
+            "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'asyncq_jobs_ready'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = head_reads()
+    claimed = [row[1] for row in conn.execute(app.store.q["claim_limited"], claim_params(app))]
+    row = conn.execute("SELECT current_setting(%s, true), pg_stat_force_next_flush()", (HELD,))
+    mark = row.fetchone()
+    conn.commit()  # the server reports the claim's statistics before it answers
+    assert mark is not None
+    return claimed, head_reads() - before, mark[0] or ""
+
+
+async def test_a_claim_that_finds_the_head_held_goes_past_it_on_its_connections_next_claims(
+    throwaway_dsn: str,
+) -> None:
+    """A claim that finds the head of the ready order held by a rate-limited backlog says
+    so on its connection; the next 15 claims there take the free jobs behind it without
+    reading the head, the sixteenth reads it again, and one that finds it no longer held
+    clears the setting. Another connection knows nothing of it."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+    with (
+        psycopg.connect(throwaway_dsn, autocommit=True) as db,
+        psycopg.connect(throwaway_dsn) as conn,
+    ):
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, run_at)"
+            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
+        )
+        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
+        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
+        db.execute("VACUUM ANALYZE asyncq_jobs")
+        (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
+
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (claimed, read, mark) == (["free"] * 10, 1, f"0 {schema}")
+        for skipped in range(1, 16):
+            claimed, read, mark = claim_on(conn, db, app)
+            assert (claimed, read, mark) == (["free"] * 10, 0, f"{skipped} {schema}")
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (claimed, read, mark) == (["free"] * 10, 1, f"0 {schema}")  # still held
+
+        db.execute("DELETE FROM asyncq_jobs WHERE task_name = 'rated'")
+        conn.execute("SELECT set_config(%s, %s, false)", (HELD, f"15 {schema}"))
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (claimed, read, mark) == (["free"] * 10, 1, "")
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (claimed, read, mark) == (["free"] * 10, 1, "")
+
+        with psycopg.connect(throwaway_dsn) as other:
+            (unset,) = other.execute("SELECT current_setting(%s, true)", (HELD,)).fetchone() or (
+                "",
+            )
+            assert unset is None
+
+
+async def test_claims_going_past_the_head_take_what_reading_it_takes(throwaway_dsn: str) -> None:
+    """A connection that last found the head held goes past it, whatever the head holds
+    now: the jobs it takes are those a claim reading the head takes, in a head that is not
+    held (ready jobs of several tasks, some not due, of several priorities) and behind a
+    held one. A worker of some queues does not go past it, and leaves the setting as it is."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+        with psycopg.connect(throwaway_dsn, autocommit=True) as db:
+            (schema,) = db.execute("SELECT current_schema()").fetchone() or ("",)
+            held = f"3 {schema}"
+            for task, ago, priority in [
+                ("free", "1 hour", 0),
+                ("ghost", "2 hours", 0),
+                ("capped", "3 hours", 0),
+                ("free", "-1 hour", 5),
+                ("ghost", "0 seconds", 5),
+                ("free", "4 hours", 0),
+                ("capped", "1 minute", 5),
+                ("free", "5 minutes", 0),
+            ] * 3:
+                db.execute(
+                    "INSERT INTO asyncq_jobs (task_name, priority, run_at)"
+                    " VALUES (%s, %s, now() - %s::interval)",
+                    (task, priority, ago),
+                )
+
+            async def claimed(mark: str | None, **params: Any) -> tuple[list[int], str | None]:
+                async with app.pool.connection() as conn, conn.transaction(force_rollback=True):
+                    if mark is not None:
+                        await conn.execute("SELECT set_config(%s, %s, true)", (HELD, mark))
+                    cur = await conn.execute(
+                        app.store.q["claim_limited"], claim_params(app) | params
+                    )
+                    ids = sorted(row[0] for row in await cur.fetchall())
+                    cur = await conn.execute("SELECT current_setting(%s, true)", (HELD,))
+                    row = await cur.fetchone()
+                    return ids, row[0] if row else None
+
+            for limit in (1, 4, 10, 30):
+                reading, mark = await claimed(None, limit=limit)
+                # the head is held for a claim of 1 (two capped jobs lead it), not for more
+                assert (mark in (None, "")) == (limit > 1), (limit, mark)
+                assert await claimed(held, limit=limit) == (reading, f"4 {schema}")
+            some = await claimed(held, limit=4, queues=["default"])
+            assert some == ((await claimed(None, limit=4, queues=["default"]))[0], held)
+
+            db.execute("DELETE FROM asyncq_jobs")
+            first = held_backlog_and_free_jobs(db)
+            db.execute("DELETE FROM asyncq_jobs WHERE queue <> 'default'")
+            assert await claimed(held, limit=4) == (sorted(first), f"4 {schema}")
+
+
 async def test_a_claim_takes_limited_jobs_for_its_free_runners_only(throwaway_dsn: str) -> None:
     """Of a claim of 10 with room for 3 limited tasks' jobs, at most 3 are theirs (the
     first 3 in the claim's order, over both tasks), the rest another task's; the function
