@@ -196,7 +196,7 @@ def claim_on(
 ) -> tuple[list[str], int, str]:
     """One limited claim of 10 on ``conn``, committed: the tasks claimed, how many times it
     scanned the ready order's index (that is, read the head), and the connection's
-    asyncq.claim_head_held after it."""
+    asyncq.claim_head_held after it (its count and schema)."""
 
     def head_reads() -> int:
         row = db.execute(
@@ -211,7 +211,7 @@ def claim_on(
     mark = row.fetchone()
     conn.commit()  # the server reports the claim's statistics before it answers
     assert mark is not None
-    return claimed, head_reads() - before, mark[0] or ""
+    return claimed, head_reads() - before, " ".join((mark[0] or "").split(" ")[:2])
 
 
 async def test_a_claim_that_finds_the_head_held_goes_past_it_on_its_connections_next_claims(
@@ -259,6 +259,53 @@ async def test_a_claim_that_finds_the_head_held_goes_past_it_on_its_connections_
             assert unset is None
 
 
+async def test_past_a_held_head_what_is_not_remembered_waits_for_the_next_look(
+    throwaway_dsn: str,
+) -> None:
+    """Behind a held head, a connection's claims read each task's jobs from where the last
+    one found its first: a job of higher priority is taken at once, but one written with an
+    earlier run_at at the same priority, and the first job of a task not seen at the last
+    look, wait for the claim that looks again (the 16th after it), which takes them."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+    params = claim_params(app)
+    with (
+        psycopg.connect(throwaway_dsn, autocommit=True) as db,
+        psycopg.connect(throwaway_dsn) as conn,
+    ):
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, run_at)"
+            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
+        )
+        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
+        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+
+        def job(task: str, priority: int, ago: str) -> int:
+            row = db.execute(
+                "INSERT INTO asyncq_jobs (task_name, priority, run_at)"
+                " VALUES (%s, %s, now() - %s::interval) RETURNING id",
+                (task, priority, ago),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        def claim() -> set[int]:
+            ids = {row[0] for row in conn.execute(app.store.q["claim_limited"], params)}
+            conn.commit()
+            return ids
+
+        assert len(claim()) == 10  # found the head held, looked for the tasks
+        late = {job("free", 0, "1 day"), job("ghost", 0, "2 hours")}
+        for _ in range(14):
+            assert not late & claim()
+        urgent = job("free", 5, "0 seconds")
+        taken = claim()
+        assert urgent in taken
+        assert not late & taken
+        assert late <= claim()  # the 16th since the look: it looks again
+
+
 async def test_claims_going_past_the_head_take_what_reading_it_takes(throwaway_dsn: str) -> None:
     """A connection that last found the head held goes past it, whatever the head holds
     now: the jobs it takes are those a claim reading the head takes, in a head that is not
@@ -269,7 +316,7 @@ async def test_claims_going_past_the_head_take_what_reading_it_takes(throwaway_d
         await app.migrate()
         with psycopg.connect(throwaway_dsn, autocommit=True) as db:
             (schema,) = db.execute("SELECT current_schema()").fetchone() or ("",)
-            held = f"3 {schema}"
+            held = f"3 {schema}"  # no tasks' places: they are looked for, then remembered
             for task, ago, priority in [
                 ("free", "1 hour", 0),
                 ("ghost", "2 hours", 0),
@@ -302,14 +349,22 @@ async def test_claims_going_past_the_head_take_what_reading_it_takes(throwaway_d
                 reading, mark = await claimed(None, limit=limit)
                 # the head is held for a claim of 1 (two capped jobs lead it), not for more
                 assert (mark in (None, "")) == (limit > 1), (limit, mark)
-                assert await claimed(held, limit=limit) == (reading, f"4 {schema}")
+                looked, mark = await claimed(held, limit=limit)
+                assert mark is not None
+                assert (looked, mark.split(" ")[0]) == (reading, "4")
+                remembered, after = await claimed(mark, limit=limit)  # from the places found
+                assert after is not None
+                assert (remembered, after.split(" ")[0]) == (reading, "5")
             some = await claimed(held, limit=4, queues=["default"])
             assert some == ((await claimed(None, limit=4, queues=["default"]))[0], held)
 
             db.execute("DELETE FROM asyncq_jobs")
             first = held_backlog_and_free_jobs(db)
             db.execute("DELETE FROM asyncq_jobs WHERE queue <> 'default'")
-            assert await claimed(held, limit=4) == (sorted(first), f"4 {schema}")
+            looked, mark = await claimed(held, limit=4)
+            assert mark is not None
+            assert (looked, mark.split(" ")[0]) == (sorted(first), "4")
+            assert (await claimed(mark, limit=4))[0] == sorted(first)
 
 
 async def test_a_claim_takes_limited_jobs_for_its_free_runners_only(throwaway_dsn: str) -> None:

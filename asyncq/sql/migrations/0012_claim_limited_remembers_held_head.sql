@@ -1,18 +1,25 @@
 -- While a backlog of limited jobs holds the head of the ready order (a rate-limited task
 -- with more jobs than its rate), each limited claim of a worker of every queue read the
 -- first 2 * p_limit ready jobs, found too few unlimited ones among them, and took those
--- task by task from asyncq_jobs_ready_by_task (migration 0010). Both reads step over the
--- index entries of every job claimed since the last vacuum, in their two indexes: through a
--- drain the claim grew twice as fast as the plain claim, which steps over them once.
+-- task by task from asyncq_jobs_ready_by_task (migration 0010), from each task's first
+-- entry, found by a loose scan of the index. Both reads step over the index entries of
+-- every job claimed since the last vacuum: through a drain the claim's time grew twice as
+-- fast as the plain claim's, which steps over them once.
 --
--- Now a claim that finds the head held says so on its connection, in the setting
--- asyncq.claim_head_held ('<claims since> <schema>'), and the next 15 limited claims of that
--- schema on that connection go straight to the task-by-task read; the 16th reads the head
--- again, and one that finds it no longer held clears the setting. The setting only chooses
--- the cheaper read: both find the same jobs, the first p_limit ready unlimited ones in the
--- claim's order. A claim rolled back takes its change of the setting with it. Claims of
--- some queues, or while a queue is paused, read past the held jobs as before and neither
--- read nor change it.
+-- Now a claim that finds the head held remembers, on its connection, where each unlimited
+-- task's first ready job was, in the setting asyncq.claim_head_held ('<claims since>
+-- <schema> <JSON array of [task, priority, run_at, id]>'). The next 15 limited claims of
+-- that schema on that connection neither read the head nor look for the tasks again: each
+-- task's jobs are read from where it was remembered (and from any higher priority), and
+-- the first one found is remembered for the next claim (with no array, the tasks are
+-- looked for again, and remembered). So a claim steps over the entries
+-- of the jobs claimed since the claim before, not since the last vacuum. The 16th claim
+-- reads the head again, and one that finds it no longer held clears the setting. What is
+-- not remembered waits for that 16th claim: a task whose jobs are all newer than the
+-- last look, and a job written with an earlier run_at than its task's remembered one at
+-- the same priority (the claim's order is otherwise kept). A claim rolled back takes its
+-- change of the setting with it. Claims of some queues, or while a queue is paused, read
+-- past the held jobs as before and neither read nor change it.
 --
 -- The rest of the function is as migration 0011 made it.
 DO $migration$
@@ -40,23 +47,24 @@ BEGIN
         v_priorities int[];
         v_run_ats timestamptz[];
         v_loose boolean;
-        v_mark text;
+        v_mark text[];
         v_skipped int;
         v_held boolean;
+        v_firsts jsonb;
     BEGIN
         PERFORM pg_advisory_xact_lock(hashtext('asyncq.limits.' || current_schema()));
         v_paused := ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL);
 
         v_loose := p_queues IS NULL AND cardinality(v_paused) = 0;
-        v_mark := current_setting('asyncq.claim_head_held', true);
-        IF v_loose AND v_mark ~ '^[0-9]+ ' AND substr(v_mark, strpos(v_mark, ' ') + 1) = current_schema() THEN
-            v_skipped := left(v_mark, strpos(v_mark, ' ') - 1)::int;
+        v_mark := regexp_match(current_setting('asyncq.claim_head_held', true),
+                               '^([0-9]+) ([^ ]+)(?: (\[.*))?$');
+        IF v_loose AND v_mark[2] = current_schema() THEN
+            v_skipped := v_mark[1]::int;
+            v_firsts := v_mark[3]::jsonb;
         END IF;
 
         IF v_skipped < 15 THEN
             v_held := true;  -- at the last look
-            PERFORM set_config('asyncq.claim_head_held',
-                               (v_skipped + 1) || ' ' || current_schema(), false);
         ELSE
             SELECT count(*),
                    (array_agg(h.id ORDER BY h.priority DESC, h.run_at, h.id)
@@ -75,11 +83,11 @@ BEGIN
                      LIMIT 2::bigint * p_limit) AS h;
 
             v_held := coalesce(cardinality(v_ids), 0) < p_limit AND v_seen >= 2::bigint * p_limit;
-            IF v_loose AND v_held THEN
-                PERFORM set_config('asyncq.claim_head_held', '0 ' || current_schema(), false);
-            ELSIF v_skipped IS NOT NULL THEN
+            IF v_skipped IS NOT NULL AND NOT v_held THEN
                 PERFORM set_config('asyncq.claim_head_held', '', false);
             END IF;
+            v_skipped := -1;
+            v_firsts := NULL;  -- looked for again
         END IF;
 
         IF NOT v_held THEN
@@ -96,27 +104,47 @@ BEGIN
                      ORDER BY priority DESC, run_at, id
                      LIMIT p_limit) AS u;
         ELSE
-            WITH RECURSIVE task AS (
-                SELECT f.task_name, f.priority, f.run_at, f.id
-                  FROM (SELECT task_name, priority, run_at, id
-                          FROM asyncq_jobs
-                         WHERE status = 'queued'
-                         ORDER BY task_name, priority DESC, run_at, id
-                         LIMIT 1) AS f
-                UNION ALL
-                SELECT n.task_name, n.priority, n.run_at, n.id
+            IF v_firsts IS NULL THEN
+                WITH RECURSIVE task AS (
+                    SELECT f.task_name, f.priority, f.run_at, f.id
+                      FROM (SELECT task_name, priority, run_at, id
+                              FROM asyncq_jobs
+                             WHERE status = 'queued'
+                             ORDER BY task_name, priority DESC, run_at, id
+                             LIMIT 1) AS f
+                    UNION ALL
+                    SELECT n.task_name, n.priority, n.run_at, n.id
+                      FROM task t
+                     CROSS JOIN LATERAL (
+                            SELECT task_name, priority, run_at, id
+                              FROM asyncq_jobs
+                             WHERE status = 'queued' AND task_name > t.task_name
+                             ORDER BY task_name, priority DESC, run_at, id
+                             LIMIT 1) AS n
+                )
+                SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name, t.priority, t.run_at, t.id)),
+                                '[]')
+                  INTO v_firsts
                   FROM task t
-                 CROSS JOIN LATERAL (
-                        SELECT task_name, priority, run_at, id
-                          FROM asyncq_jobs
-                         WHERE status = 'queued' AND task_name > t.task_name
-                         ORDER BY task_name, priority DESC, run_at, id
-                         LIMIT 1) AS n
+                 WHERE t.task_name <> ALL(p_names::text[]);
+            END IF;
+
+            WITH task AS (
+                SELECT e->>0 AS task_name, (e->>1)::int AS priority,
+                       (e->>2)::timestamptz AS run_at, (e->>3)::bigint AS id
+                  FROM jsonb_array_elements(v_firsts) AS e
             ),
-            first AS (
-                SELECT j.id, j.priority, j.run_at
+            found AS MATERIALIZED (
+                SELECT t.task_name, j.id, j.priority, j.run_at
                   FROM task t
                  CROSS JOIN LATERAL (
+                        (SELECT id, priority, run_at
+                           FROM asyncq_jobs
+                          WHERE status = 'queued' AND run_at <= now()
+                            AND task_name = t.task_name AND priority > t.priority
+                          ORDER BY task_name, priority DESC, run_at, id
+                          LIMIT p_limit)
+                        UNION ALL
                         (SELECT id, priority, run_at
                            FROM asyncq_jobs
                           WHERE status = 'queued' AND run_at <= now()
@@ -131,13 +159,32 @@ BEGIN
                             AND task_name = t.task_name AND priority < t.priority
                           ORDER BY task_name, priority DESC, run_at, id
                           LIMIT p_limit)) AS j
-                 WHERE t.task_name <> ALL(p_names::text[])
-                 ORDER BY j.priority DESC, j.run_at, j.id
+            ),
+            first AS (
+                SELECT id, priority, run_at
+                  FROM found
+                 ORDER BY priority DESC, run_at, id
                  LIMIT p_limit
             )
-            SELECT array_agg(f.id), array_agg(f.priority), array_agg(f.run_at)
-              INTO v_ids, v_priorities, v_run_ats
-              FROM first f;
+            SELECT (SELECT array_agg(f.id) FROM first f),
+                   (SELECT array_agg(f.priority) FROM first f),
+                   (SELECT array_agg(f.run_at) FROM first f),
+                   (SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name,
+                                                                coalesce(n.priority, t.priority),
+                                                                coalesce(n.run_at, t.run_at),
+                                                                coalesce(n.id, t.id))), '[]')
+                      FROM task t
+                      LEFT JOIN LATERAL (
+                             SELECT d.priority, d.run_at, d.id
+                               FROM found d
+                              WHERE d.task_name = t.task_name
+                              ORDER BY d.priority DESC, d.run_at, d.id
+                              LIMIT 1) AS n ON true)
+              INTO v_ids, v_priorities, v_run_ats, v_firsts;
+
+            PERFORM set_config('asyncq.claim_head_held',
+                               (v_skipped + 1) || ' ' || current_schema() || ' ' || v_firsts::text,
+                               false);
         END IF;
 
         RETURN QUERY
