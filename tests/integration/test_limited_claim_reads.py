@@ -306,6 +306,45 @@ async def test_past_a_held_head_what_is_not_remembered_waits_for_the_next_look(
         assert late <= claim()  # the 16th since the look: it looks again
 
 
+async def test_what_another_app_remembered_does_not_lift_a_limit(throwaway_dsn: str) -> None:
+    """A connection's mark is left by whichever App claimed on it last: an App that limits
+    a task the mark remembers as unlimited takes that task's jobs under its own limit."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+    stricter = asyncq.App(throwaway_dsn)
+
+    @stricter.task(name="free", concurrency=2)
+    async def free() -> None:
+        pass
+
+    @stricter.task(name="rated", rate_limit="100/s")
+    async def rated() -> None:
+        pass
+
+    with (
+        psycopg.connect(throwaway_dsn, autocommit=True) as db,
+        psycopg.connect(throwaway_dsn) as conn,
+    ):
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, run_at)"
+            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
+        )
+        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
+        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+        claimed = [row[1] for row in conn.execute(app.store.q["claim_limited"], claim_params(app))]
+        conn.commit()
+        (mark,) = conn.execute("SELECT current_setting(%s, true)", (HELD,)).fetchone() or ("",)
+        assert claimed == ["free"] * 10
+        assert '"free"' in mark
+        db.execute("DELETE FROM asyncq_jobs WHERE status <> 'queued'")  # none running
+
+        params = claim_params(stricter)
+        claimed = [row[1] for row in conn.execute(stricter.store.q["claim_limited"], params)]
+        conn.commit()
+        assert claimed == ["free", "free"]
+
+
 async def test_claims_going_past_the_head_take_what_reading_it_takes(throwaway_dsn: str) -> None:
     """A connection that last found the head held goes past it, whatever the head holds
     now: the jobs it takes are those a claim reading the head takes, in a head that is not

@@ -133,6 +133,7 @@ BEGIN
                 SELECT e->>0 AS task_name, (e->>1)::int AS priority,
                        (e->>2)::timestamptz AS run_at, (e->>3)::bigint AS id
                   FROM jsonb_array_elements(v_firsts) AS e
+                 WHERE e->>0 <> ALL(p_names::text[])  -- remembered by an App that limits less
             ),
             found AS MATERIALIZED (
                 SELECT t.task_name, j.id, j.priority, j.run_at
