@@ -48,8 +48,9 @@ REQUIRES = {
     "saq": ("saq", "psycopg_pool"),
     "arq": ("arq", "redis"),
 }
-# Names --only also takes: the bare Redis list loop, measured in the shape part only.
-SHAPE_ONLY = ("redis",)
+# Names --only also takes, measured in the shape part only: the bare Redis list loop, and
+# the shape's sleeps alone.
+SHAPE_ONLY = ("redis", "sleep")
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -76,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--only",
         default=",".join(ORDER + list(SHAPE_ONLY)),
         help="systems to run, comma-separated (default:"
-        f" {','.join(ORDER + list(SHAPE_ONLY))}; redis is the shape part's bare Redis loop)",
+        f" {','.join(ORDER + list(SHAPE_ONLY))}; redis is the shape part's bare Redis loop,"
+        " sleep its sleeps alone)",
     )
     parser.add_argument(
         "--baseline",

@@ -15,7 +15,11 @@ Systems (``--only``):
 - ``arq``: ``Worker(max_jobs=c, burst=True)``, at its default poll (0.5 s) and at 10 ms
   (``poll=10ms``); on Redis (benchmarks/redisdb.py);
 - ``redis``: the bare list loop of benchmarks/systems/redis_list_system.py, c coroutines
-  each LMOVE, work, LREM, INCR.
+  each LMOVE, work, LREM, INCR;
+- ``sleep``: the sleeps alone, no queue (benchmarks/sleep_loop.py): c coroutines on
+  uvloop each sleeping its share of the jobs in turn, timed from a line written to its
+  process to the line it answers when done. Timer wake-ups run late, the more so as more
+  coroutines share the loop: this is the ceiling of any queue's drain on the machine.
 
 Jobs per drain: ``--jobs-per-slot`` (625; quick 125) times the concurrency, so that each
 drain lasts about as long at every concurrency (5,000 jobs at c=8, 3.1 s at the ideal
@@ -27,11 +31,13 @@ concurrency, the order rotated from round to round. No timing is asserted anywhe
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,9 +55,9 @@ from benchmarks.common import (
 )
 from benchmarks.systems import Point, System, load
 
-SYSTEMS = ("asyncq", "arq", "redis")
+SYSTEMS = ("asyncq", "arq", "redis", "sleep")
 # The rows: (system, variant); arq at its default poll and at 10 ms.
-ROWS = {"asyncq": ("",), "arq": ("", "poll=10ms"), "redis": ("",)}
+ROWS = {"asyncq": ("",), "arq": ("", "poll=10ms"), "redis": ("",), "sleep": ("",)}
 REQUIRES = {"arq": ("arq", "redis"), "redis": ("redis",)}
 CONCURRENCY = (8, 32, 128)
 # arq at its default poll starts only a few jobs per 0.5 s poll at c=8 (18 jobs/s seen):
@@ -110,6 +116,42 @@ async def open_system(name: str, options: Options) -> System:
     return system
 
 
+async def sleep_alone(concurrency: int, jobs: int, work_ms: float) -> dict[str, Any]:
+    """The drain of ``jobs`` sleeps of ``work_ms`` by ``concurrency`` coroutines, no queue."""
+    per_slot = jobs // concurrency
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.sleep_loop",
+        str(concurrency),
+        str(per_slot),
+        f"{work_ms:g}",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        ready = await proc.stdout.readline()
+        started = time.perf_counter()
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+        done = await proc.stdout.readline()
+        seconds = time.perf_counter() - started
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    if (ready, done) != (b"ready\n", b"done\n"):
+        return {"jobs": per_slot * concurrency, "ok": False, "error": "the sleep loop failed"}
+    return {
+        "jobs": per_slot * concurrency,
+        "seconds": seconds,
+        "rate": per_slot * concurrency / seconds,
+        "ok": True,
+    }
+
+
 async def run(
     options: Options,
     names: list[str],
@@ -122,6 +164,8 @@ async def run(
     problems: list[str] = []
     systems: dict[str, System] = {}
     for name in names:
+        if name == "sleep":
+            continue
         try:
             systems[name] = await open_system(name, options)
         except ImportError as exc:
@@ -130,7 +174,7 @@ async def run(
             problems.append(f"{name} setup: {type(exc).__name__}: {exc}")
     for problem in problems:
         say(f"  ! {problem}")
-    rows = [(n, v) for n in names if n in systems for v in ROWS[n]]
+    rows = [(n, v) for n in names if n in systems or n == "sleep" for v in ROWS[n]]
     runs: list[dict[str, Any]] = []
     try:
         for repeat in range(1, options.repeats + 1):
@@ -138,21 +182,24 @@ async def run(
             for concurrency in options.concurrency:
                 shift = (repeat - 1) % max(1, len(rows))
                 for name, variant in rows[shift:] + rows[:shift]:
-                    system = systems[name]
-                    point = point_of(name, variant, concurrency)
                     jobs = options.jobs_per_slot * concurrency
                     if name == "arq" and not variant:
                         jobs = min(jobs, ARQ_DEFAULT_PER_SLOT * concurrency)
                     where = f"{row_name(name, variant)} c={concurrency}"
                     try:
-                        result = await measure.throughput(
-                            system,
-                            point,
-                            jobs,
-                            log_dir,
-                            analyze=options.analyze,
-                            load=lambda n, s=system: s.enqueue_sleep_bulk(n, work),  # type: ignore[attr-defined]
-                        )
+                        if name == "sleep":
+                            result = await sleep_alone(concurrency, jobs, options.work_ms)
+                        else:
+                            system = systems[name]
+                            point = point_of(name, variant, concurrency)
+                            result = await measure.throughput(
+                                system,
+                                point,
+                                jobs,
+                                log_dir,
+                                analyze=options.analyze,
+                                load=lambda n, s=system: s.enqueue_sleep_bulk(n, work),  # type: ignore[attr-defined]
+                            )
                     except Exception as exc:  # noqa: BLE001 - one failed drain is reported
                         text = " ".join(str(exc).split()) or type(exc).__name__
                         problems.append(f"shape {where}: {type(exc).__name__}: {text}"[:600])
@@ -197,7 +244,7 @@ async def run(
 
 def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, Any]]:
     """Per row and concurrency: the median rate over the rounds, its spread and share of
-    the ideal, and (asyncq) its ratio to the Redis loop's median."""
+    the ideal, and (asyncq) its ratios to the Redis loop's median and the sleeps alone'."""
     out: list[dict[str, Any]] = []
     keys: list[tuple[str, str, int]] = []
     for run in runs:
@@ -235,6 +282,9 @@ def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, An
         redis = medians.get(("redis", "", row["concurrency"]))
         if row["system"] == "asyncq" and redis:
             row["vs_redis"] = row["median_rate"] / redis
+        sleep = medians.get(("sleep", "", row["concurrency"]))
+        if row["system"] == "asyncq" and sleep:
+            row["vs_sleep"] = row["median_rate"] / sleep
     return out
 
 
@@ -250,7 +300,17 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
         key=lambda r: (r["concurrency"], order.get(r["system"], 9), r["variant"]),
     )
     table = report._table(
-        ["system", "c", "jobs", "jobs/s", "of ideal", "spread", "ideal", "vs Redis loop"],
+        [
+            "system",
+            "c",
+            "jobs",
+            "jobs/s",
+            "of ideal",
+            "spread",
+            "ideal",
+            "vs Redis loop",
+            "vs sleep alone",
+        ],
         [
             [
                 row_name(r["system"], r["variant"]),
@@ -261,11 +321,13 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
                 f"{r['low']:,.0f}-{r['high']:,.0f}",
                 f"{r['ideal']:,.0f}",
                 f"{r['vs_redis']:.2f}x" if "vs_redis" in r else "",
+                f"{r['vs_sleep']:.2f}x" if "vs_sleep" in r else "",
             ]
             for r in rows
         ],
     )
     parts = [head, table]
+    sleeps = {r["concurrency"]: r for r in rows if r["system"] == "sleep"}
     targets = []
     for r in rows:
         if r["system"] != "asyncq":
@@ -274,9 +336,11 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
         redis_ok = r.get("vs_redis", 0.0) > 1.0 if "vs_redis" in r else None
         verdict = "met" if ideal_ok and redis_ok is not False else "MISSED"
         versus = f", {r['vs_redis']:.2f}x the Redis loop" if "vs_redis" in r else ""
+        sleep = sleeps.get(r["concurrency"])
+        alone = f"; the sleeps alone: {sleep['of_ideal']:.1%} of ideal" if sleep else ""
         targets.append(
             f"  c={r['concurrency']}: {r['of_ideal']:.1%} of ideal{versus}"
-            f" (target: >= 95% and ahead of the Redis loop): {verdict}"
+            f" (target: >= 95% and ahead of the Redis loop): {verdict}{alone}"
         )
     if targets:
         parts.append("asyncq against the target:\n" + "\n".join(targets))
@@ -304,6 +368,7 @@ def chart(shape: dict[str, Any], path: Path) -> str | None:
         ("arq", ""): ("tab:red", "x", "arq, default poll 0.5 s"),
         ("arq", "poll=10ms"): ("tab:red", "X", "arq, poll 10 ms"),
         ("redis", ""): ("tab:gray", "s", "bare Redis LMOVE loop"),
+        ("sleep", ""): ("black", "_", "the sleeps alone, no queue (the ceiling)"),
     }
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for key, (color, marker, label) in styles.items():
@@ -343,12 +408,13 @@ def chart(shape: dict[str, Any], path: Path) -> str | None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.shape",
-        description="Short jobs at low concurrency: asyncq, arq and a bare Redis list loop.",
+        description="Short jobs at low concurrency: asyncq, arq, a bare Redis list loop and the"
+        " sleeps alone.",
     )
     parser.add_argument("--dsn", help="PostgreSQL (a superuser; as benchmarks.run's --dsn)")
     parser.add_argument("--redis", help=f"Redis (default: {redisdb.DEFAULT_URL})")
     parser.add_argument("--quick", action="store_true", help="one round, 125 jobs per slot")
-    parser.add_argument("--only", default=",".join(SYSTEMS), help="asyncq, arq, redis")
+    parser.add_argument("--only", default=",".join(SYSTEMS), help="asyncq, arq, redis, sleep")
     parser.add_argument(
         "--concurrency",
         default=",".join(map(str, CONCURRENCY)),
