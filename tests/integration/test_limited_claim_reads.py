@@ -306,6 +306,35 @@ async def test_past_a_held_head_what_is_not_remembered_waits_for_the_next_look(
         assert late <= claim()  # the 16th since the look: it looks again
 
 
+async def test_past_a_held_head_a_claim_short_of_jobs_looks_for_the_tasks_at_once(
+    throwaway_dsn: str,
+) -> None:
+    """Behind a held head, a claim that finds fewer jobs than it asks for where the tasks'
+    jobs were looks for the tasks again in the same claim, without reading the head: the
+    first job of a task that had none at the last look does not wait for the 16th claim."""
+    app = limited_app(throwaway_dsn)
+    async with app:
+        await app.migrate()
+    with (
+        psycopg.connect(throwaway_dsn, autocommit=True) as db,
+        psycopg.connect(throwaway_dsn) as conn,
+    ):
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, run_at)"
+            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
+        )
+        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 5)")
+        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+        db.execute("VACUUM ANALYZE asyncq_jobs")
+        (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
+
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (claimed, read, mark) == (["free"] * 5, 1, f"0 {schema}")
+        db.execute("INSERT INTO asyncq_jobs (task_name) VALUES ('ghost'), ('free')")
+        claimed, read, mark = claim_on(conn, db, app)
+        assert (sorted(claimed), read, mark) == (["free", "ghost"], 0, f"1 {schema}")
+
+
 async def test_what_another_app_remembered_does_not_lift_a_limit(throwaway_dsn: str) -> None:
     """A connection's mark is left by whichever App claimed on it last: an App that limits
     a task the mark remembers as unlimited takes that task's jobs under its own limit."""

@@ -14,10 +14,12 @@
 -- the first one found is remembered for the next claim (with no array, the tasks are
 -- looked for again, and remembered). So a claim steps over the entries
 -- of the jobs claimed since the claim before, not since the last vacuum. The 16th claim
--- reads the head again, and one that finds it no longer held clears the setting. What is
--- not remembered waits for that 16th claim: a task whose jobs are all newer than the
--- last look, and a job written with an earlier run_at than its task's remembered one at
--- the same priority (the claim's order is otherwise kept). A claim rolled back takes its
+-- reads the head again, and one that finds it no longer held clears the setting. A claim
+-- that finds fewer jobs than it asks for from the places remembered looks for the tasks
+-- again at once. What is not remembered waits, while the places remembered fill the
+-- claims, for the 16th: a task whose jobs are all newer than the last look, and a job
+-- written with an earlier run_at than its task's remembered one at the same priority (the
+-- claim's order is otherwise kept). A claim rolled back takes its
 -- change of the setting with it. Claims of some queues, or while a queue is paused, read
 -- past the held jobs as before and neither read nor change it.
 --
@@ -51,6 +53,7 @@ BEGIN
         v_skipped int;
         v_held boolean;
         v_firsts jsonb;
+        v_looked boolean := false;
     BEGIN
         PERFORM pg_advisory_xact_lock(hashtext('asyncq.limits.' || current_schema()));
         v_paused := ARRAY(SELECT name FROM asyncq_queues WHERE paused_at IS NOT NULL);
@@ -104,84 +107,92 @@ BEGIN
                      ORDER BY priority DESC, run_at, id
                      LIMIT p_limit) AS u;
         ELSE
-            IF v_firsts IS NULL THEN
-                WITH RECURSIVE task AS (
-                    SELECT f.task_name, f.priority, f.run_at, f.id
-                      FROM (SELECT task_name, priority, run_at, id
-                              FROM asyncq_jobs
-                             WHERE status = 'queued'
-                             ORDER BY task_name, priority DESC, run_at, id
-                             LIMIT 1) AS f
-                    UNION ALL
-                    SELECT n.task_name, n.priority, n.run_at, n.id
+            LOOP
+                IF v_firsts IS NULL THEN
+                    v_looked := true;
+                    WITH RECURSIVE task AS (
+                        SELECT f.task_name, f.priority, f.run_at, f.id
+                          FROM (SELECT task_name, priority, run_at, id
+                                  FROM asyncq_jobs
+                                 WHERE status = 'queued'
+                                 ORDER BY task_name, priority DESC, run_at, id
+                                 LIMIT 1) AS f
+                        UNION ALL
+                        SELECT n.task_name, n.priority, n.run_at, n.id
+                          FROM task t
+                         CROSS JOIN LATERAL (
+                                SELECT task_name, priority, run_at, id
+                                  FROM asyncq_jobs
+                                 WHERE status = 'queued' AND task_name > t.task_name
+                                 ORDER BY task_name, priority DESC, run_at, id
+                                 LIMIT 1) AS n
+                    )
+                    SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name, t.priority, t.run_at, t.id)),
+                                    '[]')
+                      INTO v_firsts
+                      FROM task t
+                     WHERE t.task_name <> ALL(p_names::text[]);
+                END IF;
+
+                WITH task AS (
+                    SELECT e->>0 AS task_name, (e->>1)::int AS priority,
+                           (e->>2)::timestamptz AS run_at, (e->>3)::bigint AS id
+                      FROM jsonb_array_elements(v_firsts) AS e
+                     WHERE e->>0 <> ALL(p_names::text[])  -- remembered by an App that limits less
+                ),
+                found AS MATERIALIZED (
+                    SELECT t.task_name, j.id, j.priority, j.run_at
                       FROM task t
                      CROSS JOIN LATERAL (
-                            SELECT task_name, priority, run_at, id
-                              FROM asyncq_jobs
-                             WHERE status = 'queued' AND task_name > t.task_name
-                             ORDER BY task_name, priority DESC, run_at, id
-                             LIMIT 1) AS n
+                            (SELECT id, priority, run_at
+                               FROM asyncq_jobs
+                              WHERE status = 'queued' AND run_at <= now()
+                                AND task_name = t.task_name AND priority > t.priority
+                              ORDER BY task_name, priority DESC, run_at, id
+                              LIMIT p_limit)
+                            UNION ALL
+                            (SELECT id, priority, run_at
+                               FROM asyncq_jobs
+                              WHERE status = 'queued' AND run_at <= now()
+                                AND task_name = t.task_name AND priority = t.priority
+                                AND (run_at, id) >= (t.run_at, t.id)
+                              ORDER BY task_name, priority DESC, run_at, id
+                              LIMIT p_limit)
+                            UNION ALL
+                            (SELECT id, priority, run_at
+                               FROM asyncq_jobs
+                              WHERE status = 'queued' AND run_at <= now()
+                                AND task_name = t.task_name AND priority < t.priority
+                              ORDER BY task_name, priority DESC, run_at, id
+                              LIMIT p_limit)) AS j
+                ),
+                first AS (
+                    SELECT id, priority, run_at
+                      FROM found
+                     ORDER BY priority DESC, run_at, id
+                     LIMIT p_limit
                 )
-                SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name, t.priority, t.run_at, t.id)),
-                                '[]')
-                  INTO v_firsts
-                  FROM task t
-                 WHERE t.task_name <> ALL(p_names::text[]);
-            END IF;
+                SELECT (SELECT array_agg(f.id) FROM first f),
+                       (SELECT array_agg(f.priority) FROM first f),
+                       (SELECT array_agg(f.run_at) FROM first f),
+                       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name,
+                                                                    coalesce(n.priority, t.priority),
+                                                                    coalesce(n.run_at, t.run_at),
+                                                                    coalesce(n.id, t.id))), '[]')
+                          FROM task t
+                          LEFT JOIN LATERAL (
+                                 SELECT d.priority, d.run_at, d.id
+                                   FROM found d
+                                  WHERE d.task_name = t.task_name
+                                  ORDER BY d.priority DESC, d.run_at, d.id
+                                  LIMIT 1) AS n ON true)
+                  INTO v_ids, v_priorities, v_run_ats, v_firsts;
 
-            WITH task AS (
-                SELECT e->>0 AS task_name, (e->>1)::int AS priority,
-                       (e->>2)::timestamptz AS run_at, (e->>3)::bigint AS id
-                  FROM jsonb_array_elements(v_firsts) AS e
-                 WHERE e->>0 <> ALL(p_names::text[])  -- remembered by an App that limits less
-            ),
-            found AS MATERIALIZED (
-                SELECT t.task_name, j.id, j.priority, j.run_at
-                  FROM task t
-                 CROSS JOIN LATERAL (
-                        (SELECT id, priority, run_at
-                           FROM asyncq_jobs
-                          WHERE status = 'queued' AND run_at <= now()
-                            AND task_name = t.task_name AND priority > t.priority
-                          ORDER BY task_name, priority DESC, run_at, id
-                          LIMIT p_limit)
-                        UNION ALL
-                        (SELECT id, priority, run_at
-                           FROM asyncq_jobs
-                          WHERE status = 'queued' AND run_at <= now()
-                            AND task_name = t.task_name AND priority = t.priority
-                            AND (run_at, id) >= (t.run_at, t.id)
-                          ORDER BY task_name, priority DESC, run_at, id
-                          LIMIT p_limit)
-                        UNION ALL
-                        (SELECT id, priority, run_at
-                           FROM asyncq_jobs
-                          WHERE status = 'queued' AND run_at <= now()
-                            AND task_name = t.task_name AND priority < t.priority
-                          ORDER BY task_name, priority DESC, run_at, id
-                          LIMIT p_limit)) AS j
-            ),
-            first AS (
-                SELECT id, priority, run_at
-                  FROM found
-                 ORDER BY priority DESC, run_at, id
-                 LIMIT p_limit
-            )
-            SELECT (SELECT array_agg(f.id) FROM first f),
-                   (SELECT array_agg(f.priority) FROM first f),
-                   (SELECT array_agg(f.run_at) FROM first f),
-                   (SELECT coalesce(jsonb_agg(jsonb_build_array(t.task_name,
-                                                                coalesce(n.priority, t.priority),
-                                                                coalesce(n.run_at, t.run_at),
-                                                                coalesce(n.id, t.id))), '[]')
-                      FROM task t
-                      LEFT JOIN LATERAL (
-                             SELECT d.priority, d.run_at, d.id
-                               FROM found d
-                              WHERE d.task_name = t.task_name
-                              ORDER BY d.priority DESC, d.run_at, d.id
-                              LIMIT 1) AS n ON true)
-              INTO v_ids, v_priorities, v_run_ats, v_firsts;
+                -- Fewer than asked from the places remembered: a task whose jobs are all
+                -- newer than the last look may be waiting. Look for the tasks again, now.
+                EXIT WHEN v_looked OR coalesce(cardinality(v_ids), 0) >= p_limit;
+                v_firsts := NULL;
+            END LOOP;
 
             PERFORM set_config('asyncq.claim_head_held',
                                (v_skipped + 1) || ' ' || current_schema() || ' ' || v_firsts::text,
