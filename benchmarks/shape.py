@@ -119,6 +119,7 @@ async def open_system(name: str, options: Options) -> System:
 async def sleep_alone(concurrency: int, jobs: int, work_ms: float) -> dict[str, Any]:
     """The drain of ``jobs`` sleeps of ``work_ms`` by ``concurrency`` coroutines, no queue."""
     per_slot = jobs // concurrency
+    jobs = per_slot * concurrency
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -143,13 +144,8 @@ async def sleep_alone(concurrency: int, jobs: int, work_ms: float) -> dict[str, 
             proc.kill()
         await proc.wait()
     if (ready, done) != (b"ready\n", b"done\n"):
-        return {"jobs": per_slot * concurrency, "ok": False, "error": "the sleep loop failed"}
-    return {
-        "jobs": per_slot * concurrency,
-        "seconds": seconds,
-        "rate": per_slot * concurrency / seconds,
-        "ok": True,
-    }
+        return {"jobs": jobs, "ok": False, "error": "the sleep loop failed"}
+    return {"jobs": jobs, "seconds": seconds, "rate": jobs / seconds, "ok": True}
 
 
 async def run(

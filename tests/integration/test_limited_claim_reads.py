@@ -191,6 +191,20 @@ async def test_past_a_held_backlog_a_worker_of_some_queues_takes_only_theirs(
 HELD = "asyncq.claim_head_held"
 
 
+def hold_the_head(db: psycopg.Connection[Any], *, free: int, starts: int = 1_000_000) -> None:
+    """300 ready jobs of the rate-limited task at the head of the ready order, ``starts``
+    of its starts counted in this second (its rate is 100 a second: 100 or more hold it),
+    and ``free`` unlimited jobs behind them."""
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, run_at)"
+        " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, %s)", (free,)
+    )
+    db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), %s)", (starts,))
+
+
 def claim_on(
     conn: psycopg.Connection[Any], db: psycopg.Connection[Any], app: asyncq.App
 ) -> tuple[list[str], int, str]:
@@ -228,12 +242,7 @@ async def test_a_claim_that_finds_the_head_held_goes_past_it_on_its_connections_
         psycopg.connect(throwaway_dsn, autocommit=True) as db,
         psycopg.connect(throwaway_dsn) as conn,
     ):
-        db.execute(
-            "INSERT INTO asyncq_jobs (task_name, run_at)"
-            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
-        )
-        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
-        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 100)")
+        hold_the_head(db, free=200, starts=100)
         db.execute("VACUUM ANALYZE asyncq_jobs")
         (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
 
@@ -274,12 +283,7 @@ async def test_past_a_held_head_what_is_not_remembered_waits_for_the_next_look(
         psycopg.connect(throwaway_dsn, autocommit=True) as db,
         psycopg.connect(throwaway_dsn) as conn,
     ):
-        db.execute(
-            "INSERT INTO asyncq_jobs (task_name, run_at)"
-            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
-        )
-        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
-        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+        hold_the_head(db, free=200)
 
         def job(task: str, priority: int, ago: str) -> int:
             row = db.execute(
@@ -319,12 +323,7 @@ async def test_past_a_held_head_a_claim_short_of_jobs_looks_for_the_tasks_at_onc
         psycopg.connect(throwaway_dsn, autocommit=True) as db,
         psycopg.connect(throwaway_dsn) as conn,
     ):
-        db.execute(
-            "INSERT INTO asyncq_jobs (task_name, run_at)"
-            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
-        )
-        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 5)")
-        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+        hold_the_head(db, free=5)
         db.execute("VACUUM ANALYZE asyncq_jobs")
         (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
 
@@ -355,12 +354,7 @@ async def test_what_another_app_remembered_does_not_lift_a_limit(throwaway_dsn: 
         psycopg.connect(throwaway_dsn, autocommit=True) as db,
         psycopg.connect(throwaway_dsn) as conn,
     ):
-        db.execute(
-            "INSERT INTO asyncq_jobs (task_name, run_at)"
-            " SELECT 'rated', now() - interval '1 hour' FROM generate_series(1, 300)"
-        )
-        db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 'free' FROM generate_series(1, 200)")
-        db.execute("INSERT INTO asyncq_rate_starts VALUES ('rated', now(), 1000000)")
+        hold_the_head(db, free=200)
         claimed = [row[1] for row in conn.execute(app.store.q["claim_limited"], claim_params(app))]
         conn.commit()
         (mark,) = conn.execute("SELECT current_setting(%s, true)", (HELD,)).fetchone() or ("",)
