@@ -151,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(f"--baseline: {exc}")
         args.systems.insert(args.systems.index("asyncq") + 1, "baseline")
+        if "asyncq" in args.shape_systems:
+            args.shape_systems.insert(args.shape_systems.index("asyncq") + 1, "baseline")
     return args
 
 

@@ -10,8 +10,10 @@ spread (lowest and highest round), and asyncq against the Redis loop.
 
 Systems (``--only``):
 
-- ``asyncq``: ``App.run_worker(concurrency=c, drain=True)``, the batch size its default
-  (the concurrency, at most 100), on a database of its own;
+- ``asyncq``: ``App.run_worker(concurrency=c, drain=True)``, the batch size its own
+  default (the concurrency plus the prefetch, at most 100), on a database of its own;
+- ``baseline`` (``benchmarks.run --baseline REF`` only): the same, with asyncq as it was
+  at REF, on a database of its own, in turns with the others;
 - ``arq``: ``Worker(max_jobs=c, burst=True)``, at its default poll (0.5 s) and at 10 ms
   (``poll=10ms``); on Redis (benchmarks/redisdb.py);
 - ``redis``: the bare list loop of benchmarks/systems/redis_list_system.py, c coroutines
@@ -57,7 +59,13 @@ from benchmarks.systems import Point, System, load
 
 SYSTEMS = ("asyncq", "arq", "redis", "sleep")
 # The rows: (system, variant); arq at its default poll and at 10 ms.
-ROWS = {"asyncq": ("",), "arq": ("", "poll=10ms"), "redis": ("",), "sleep": ("",)}
+ROWS = {
+    "asyncq": ("",),
+    "baseline": ("",),  # benchmarks.run --baseline: asyncq at another commit
+    "arq": ("", "poll=10ms"),
+    "redis": ("",),
+    "sleep": ("",),
+}
 REQUIRES = {"arq": ("arq", "redis"), "redis": ("redis",)}
 CONCURRENCY = (8, 32, 128)
 # arq at its default poll starts only a few jobs per 0.5 s poll at c=8 (18 jobs/s seen):
@@ -92,9 +100,8 @@ class Options:
 
 
 def point_of(name: str, variant: str, concurrency: int) -> Point:
-    if name == "asyncq":
-        # run_worker's default batch size: the concurrency, at most 100.
-        return Point(concurrency, min(concurrency, 100))
+    if name in ("asyncq", "baseline"):
+        return Point(concurrency, 0)  # run_worker's own batch size
     return Point(concurrency, 1, variant=variant)
 
 
@@ -102,12 +109,17 @@ def row_name(name: str, variant: str) -> str:
     return f"{name} {variant}".strip()
 
 
+def database_of(name: str) -> str:
+    """The database of the row ``name``: asyncq and its baseline each have their own."""
+    return "shape" if name == "asyncq" else f"shape_{name}"
+
+
 async def open_system(name: str, options: Options) -> System:
     for module in REQUIRES.get(name, ()):
         importlib.import_module(module)
     cls = load(name).SYSTEM
     if cls.uses_postgres:
-        dsn = await recreate_database(options.admin_dsn, "shape")
+        dsn = await recreate_database(options.admin_dsn, database_of(name))
     else:
         dsn = options.redis_url
     system: System = cls(dsn)
@@ -223,7 +235,7 @@ async def run(
             try:
                 await system.close()
                 if system.uses_postgres and not options.keep_databases:
-                    await drop_database(options.admin_dsn, "shape")
+                    await drop_database(options.admin_dsn, database_of(name))
             except Exception as exc:  # noqa: BLE001
                 problems.append(f"{name} teardown: {type(exc).__name__}: {exc}")
     return {
@@ -279,7 +291,7 @@ def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, An
         if row["system"] == "asyncq" and redis:
             row["vs_redis"] = row["median_rate"] / redis
         sleep = medians.get(("sleep", "", row["concurrency"]))
-        if row["system"] == "asyncq" and sleep:
+        if row["system"] in ("asyncq", "baseline") and sleep:
             row["vs_sleep"] = row["median_rate"] / sleep
     return out
 
@@ -290,7 +302,7 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
         f" {shape['jobs_per_slot']:,} jobs per slot; medians of {shape['repeats']} rounds,"
         " spread = lowest-highest round; ideal = concurrency / work time"
     )
-    order = {n: i for i, n in enumerate(SYSTEMS)}
+    order = {n: i for i, n in enumerate(ROWS)}
     rows = sorted(
         shape["rows"],
         key=lambda r: (r["concurrency"], order.get(r["system"], 9), r["variant"]),
@@ -361,6 +373,7 @@ def chart(shape: dict[str, Any], path: Path) -> str | None:
         return "no drain was measured"
     styles = {
         ("asyncq", ""): ("tab:blue", "o", "asyncq (run_worker, default batch)"),
+        ("baseline", ""): ("tab:cyan", "o", "asyncq at the baseline's commit"),
         ("arq", ""): ("tab:red", "x", "arq, default poll 0.5 s"),
         ("arq", "poll=10ms"): ("tab:red", "X", "arq, poll 10 ms"),
         ("redis", ""): ("tab:gray", "s", "bare Redis LMOVE loop"),
