@@ -242,7 +242,12 @@ class Snapshot:
 class Sampler:
     """Polls ``pg_stat_activity`` every ``interval`` seconds in a thread, through the
     faults too (it reconnects): asyncq connections idle in a transaction for longer
-    than ``idle_limit``, and each worker process's connections."""
+    than ``idle_limit``, and each worker process's connections.
+
+    A transaction idle after its BEGIN alone is counted apart: a worker whose link went
+    silent between its BEGIN and its first statement (the one that bounds the
+    transaction's idle time) leaves one. It holds no lock but its own, no snapshot and
+    no transaction id: nothing (another worker, vacuum) waits on it."""
 
     server_dsn: str
     dbname: str
@@ -251,6 +256,7 @@ class Sampler:
     bound: int = CONNECTIONS_PER_WORKER  # connections one worker process may have
     samples: int = 0
     idle_in_transaction: list[tuple[float, str, float, str]] = field(default_factory=list)
+    idle_after_begin: list[tuple[float, str, float]] = field(default_factory=list)
     max_connections: dict[int, int] = field(default_factory=dict)
     max_listening: dict[int, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -303,7 +309,12 @@ class Sampler:
             if is_listener(application_name):
                 listening[pid] += 1
             if (state or "").startswith("idle in transaction") and idle_for > self.idle_limit:
-                self.idle_in_transaction.append((time.time(), application_name, idle_for, query))
+                if (query or "").strip().upper() == "BEGIN":
+                    self.idle_after_begin.append((time.time(), application_name, idle_for))
+                else:
+                    self.idle_in_transaction.append(
+                        (time.time(), application_name, idle_for, query)
+                    )
         for pid, n in connections.items():
             self.max_connections[pid] = max(n, self.max_connections.get(pid, 0))
         for pid, n in listening.items():
@@ -328,6 +339,7 @@ class Sampler:
         return {
             "samples": self.samples,
             "idle_in_transaction_over_1s": len(self.idle_in_transaction),
+            "idle_after_begin_alone_over_1s": len(self.idle_after_begin),
             "max_connections_per_worker": max(self.max_connections.values(), default=0),
             "connection_bound_per_worker": self.bound,
         }
