@@ -225,7 +225,7 @@ LISTENER = """application_name = %s || ':listener'"""
 
 ACTIVITY = """
 SELECT application_name, state, query,
-       extract(epoch FROM clock_timestamp() - state_change)::float8
+       extract(epoch FROM clock_timestamp() - state_change)::float8, host(client_addr)
   FROM pg_stat_activity
  WHERE application_name LIKE 'asyncq:%%' AND datname = %s AND backend_type = 'client backend'
 """
@@ -247,12 +247,17 @@ class Sampler:
     A transaction idle after its BEGIN alone is counted apart: a worker whose link went
     silent between its BEGIN and its first statement (the one that bounds the
     transaction's idle time) leaves one. It holds no lock but its own, no snapshot and
-    no transaction id: nothing (another worker, vacuum) waits on it."""
+    no transaction id: nothing (another worker, vacuum) waits on it.
+
+    ``idle_limits`` gives some client addresses a limit of their own: a host whose link
+    goes silent mid-transaction leaves it to the server, which ends it after asyncq's
+    own bound (`asyncq.store.IDLE_LIMIT`)."""
 
     server_dsn: str
     dbname: str
     interval: float = 0.1
     idle_limit: float = 1.0
+    idle_limits: dict[str, float] = field(default_factory=dict)  # client address -> limit
     bound: int = CONNECTIONS_PER_WORKER  # connections one worker process may have
     samples: int = 0
     idle_in_transaction: list[tuple[float, str, float, str]] = field(default_factory=list)
@@ -303,12 +308,13 @@ class Sampler:
     def _sample(self, rows: list[tuple[Any, ...]]) -> None:
         connections: dict[int, int] = defaultdict(int)
         listening: dict[int, int] = defaultdict(int)
-        for application_name, state, query, idle_for in rows:
+        for application_name, state, query, idle_for, address in rows:
             pid = int(application_name.split(":")[1])
             connections[pid] += 1
             if is_listener(application_name):
                 listening[pid] += 1
-            if (state or "").startswith("idle in transaction") and idle_for > self.idle_limit:
+            limit = self.idle_limits.get(address, self.idle_limit)
+            if (state or "").startswith("idle in transaction") and idle_for > limit:
                 if (query or "").strip().upper() == "BEGIN":
                     self.idle_after_begin.append((time.time(), application_name, idle_for))
                 else:
@@ -327,7 +333,8 @@ class Sampler:
         assert not self.errors, f"the sampler failed: {self.errors[:3]}"
         assert self.samples > 10, "the sampler saw (almost) nothing"
         assert not self.idle_in_transaction, (
-            f"asyncq connections idle in a transaction for more than {self.idle_limit}s:"
+            f"asyncq connections idle in a transaction for more than {self.idle_limit}s"
+            f" ({self.idle_limits} by address):"
             f" {self.idle_in_transaction[:5]}"
         )
         over = {p: n for p, n in self.max_connections.items() if n > self.bound}

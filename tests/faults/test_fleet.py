@@ -75,6 +75,9 @@ FAULT_JOBS = 100_000
 LEASE = 6.0
 REAP_INTERVAL = 2.0  # WorkerSettings.reap_interval
 SILENT = 15.0
+# A transaction the silence cuts off is the server's to end: after asyncq's IDLE_LIMIT
+# (5 s), seen by a sample of the next 0.1 s.
+SILENCED_IDLE_LIMIT = 6.0
 FAULTS_AFTER = 0.2  # the share of the jobs done when the faults come
 IN_FLIGHT = 5.0  # how long after a kill its last statement may still commit
 # A claim the cut-off worker sent just before its link came back may commit after it,
@@ -465,9 +468,10 @@ def test_a_fleet_loses_two_hosts_and_a_link(
     dsn = create_database(server, dbname, history=True)
     workers = fault_workers(dsn, tmp_path)
     bound = connection_bound(CONCURRENCY)
+    silenced = {links.links[2].ns_ip: SILENCED_IDLE_LIMIT}
     try:
         with (
-            Sampler(server.dsn(), dbname, bound=bound) as sampler,
+            Sampler(server.dsn(), dbname, bound=bound, idle_limits=silenced) as sampler,
             Activity(server.dsn(), dbname) as activity,
             Db(dsn) as db,
         ):
