@@ -66,6 +66,7 @@ ROWS = {
     "redis": ("",),
     "sleep": ("",),
 }
+ASYNCQ_ROWS = ("asyncq", "baseline")  # run_worker, at this tree or at --baseline's commit
 REQUIRES = {"arq": ("arq", "redis"), "redis": ("redis",)}
 CONCURRENCY = (8, 32, 128)
 # arq at its default poll starts only a few jobs per 0.5 s poll at c=8 (18 jobs/s seen):
@@ -100,7 +101,7 @@ class Options:
 
 
 def point_of(name: str, variant: str, concurrency: int) -> Point:
-    if name in ("asyncq", "baseline"):
+    if name in ASYNCQ_ROWS:
         return Point(concurrency, 0)  # run_worker's own batch size
     return Point(concurrency, 1, variant=variant)
 
@@ -291,7 +292,7 @@ def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, An
         if row["system"] == "asyncq" and redis:
             row["vs_redis"] = row["median_rate"] / redis
         sleep = medians.get(("sleep", "", row["concurrency"]))
-        if row["system"] in ("asyncq", "baseline") and sleep:
+        if row["system"] in ASYNCQ_ROWS and sleep:
             row["vs_sleep"] = row["median_rate"] / sleep
     return out
 

@@ -334,7 +334,7 @@ class Sampler:
         assert self.samples > 10, "the sampler saw (almost) nothing"
         assert not self.idle_in_transaction, (
             f"asyncq connections idle in a transaction for more than {self.idle_limit}s"
-            f" ({self.idle_limits} by address):"
+            f"{f' ({self.idle_limits} by address)' if self.idle_limits else ''}:"
             f" {self.idle_in_transaction[:5]}"
         )
         over = {p: n for p, n in self.max_connections.items() if n > self.bound}

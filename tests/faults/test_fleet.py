@@ -43,6 +43,7 @@ import psycopg
 import pytest
 
 from asyncq.pools import DEADLINE
+from asyncq.store import IDLE_LIMIT
 from tests.faults.netns import Fleet
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
@@ -75,9 +76,9 @@ FAULT_JOBS = 100_000
 LEASE = 6.0
 REAP_INTERVAL = 2.0  # WorkerSettings.reap_interval
 SILENT = 15.0
-# A transaction the silence cuts off is the server's to end: after asyncq's IDLE_LIMIT
-# (5 s), seen by a sample of the next 0.1 s.
-SILENCED_IDLE_LIMIT = 6.0
+# A transaction the silence cuts off is the server's to end: after asyncq's IDLE_LIMIT,
+# seen by a sample within the next second.
+SILENCED_IDLE_LIMIT = float(IDLE_LIMIT.removesuffix("s")) + 1.0
 FAULTS_AFTER = 0.2  # the share of the jobs done when the faults come
 IN_FLIGHT = 5.0  # how long after a kill its last statement may still commit
 # A claim the cut-off worker sent just before its link came back may commit after it,
