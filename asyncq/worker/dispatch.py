@@ -22,6 +22,9 @@ loop, whatever the heartbeat's calls are waiting for. What it cannot stop: code 
 blocks the loop (the timer fires late) and work handed to a thread
 (``asyncio.to_thread``: the attempt is cancelled, the thread runs on).
 
+While short attempts run, the tick (`asyncq.worker.tick`) wakes the loop every half
+millisecond, so that the tasks' own timers fire on time.
+
 Shutdown (`stop`): running attempts get the grace period to end; the rest are stopped
 and handed back; an attempt that does not end within `STOP_DEADLINE` of that (a task
 that swallows cancellation) is left running, to its lease, and the worker goes on
@@ -46,6 +49,7 @@ from asyncq.worker.observer import Observer
 from asyncq.worker.outcomes import Outcome, Stop, decide
 from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
 from asyncq.worker.slots import Slots
+from asyncq.worker.tick import Tick
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +97,7 @@ class Dispatcher:
         self._closed = False
         self.fence_after = lease * FENCE_AFTER
         self._fence: asyncio.TimerHandle | None = None
+        self.tick = Tick(slots)
         # Read once, by start(): asyncio.get_running_loop() and current_task() make a
         # system call each (getpid, before Python 3.12), which per job cost more than all
         # of the dispatcher's own bookkeeping.
@@ -100,6 +105,7 @@ class Dispatcher:
 
     def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
+        self.tick.start()
         for _ in range(self.concurrency):
             runner = loop.create_task(self._runner())
             self._runners.add(runner)
@@ -229,6 +235,7 @@ class Dispatcher:
         runner = asyncio.current_task()
         assert runner is not None
         tasks, executor, slots, observer = self.tasks, self.executor, self.slots, self.observer
+        tick = self.tick
         loop = self._loop
         while not self._closed:
             attempt = take() if waiting else await queue.get()
@@ -244,6 +251,8 @@ class Dispatcher:
             else:
                 attempt.runner = runner
                 attempt.state = State.RUNNING
+                if tick.resting:
+                    tick.arm()
                 timer = None
                 if task is not None and task.timeout is not None:
                     timer = loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)
@@ -313,6 +322,7 @@ class Dispatcher:
                 await self._until_ended()
         stubborn = [a for a in self._active()]
         self._closed = True
+        self.tick.close()
         if self._fence is not None:
             self._fence.cancel()
             self._fence = None

@@ -1,0 +1,119 @@
+"""The tick: a timer that wakes the worker's event loop every `PERIOD` while short
+attempts run, so that their own timers (``asyncio.sleep``, a timeout) fire close to when
+they fall due.
+
+Why: an event loop waits for its next timer with a timeout in whole milliseconds,
+counted from a clock it read at the start of its turn (uvloop keeps that clock in whole
+milliseconds too). So a timer fires late by the rest of its millisecond and by whatever
+the loop ran since it last read the clock; the busier the loop, the later. A task that
+sleeps 5 ms holds its slot a few percent longer than it asked for, for nothing. Woken
+every `PERIOD`, the loop reads its clock again and runs what has fallen due.
+
+Only while attempts run, and only while they are short (`SHORT`, on average): against
+longer jobs the lateness is a small part of a slot's time, and thousands of wake-ups a
+second cost about 1% of a core. An attempt that starts arms it; the first tick that
+finds no attempt running, or attempts no longer short, disarms it.
+
+A Linux ``timerfd``, read on the loop (``loop.add_reader``). Where there is none (not
+Linux, or a loop without ``add_reader``), there is no tick, and timers are as late as
+their loop makes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import os
+import sys
+
+from asyncq.worker.slots import Slots
+
+PERIOD = 0.0005  # seconds between ticks while armed
+SHORT = 0.05  # attempts this long on average, or longer, are not ticked for
+_CLOCK_MONOTONIC = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "timerfd_create") else None
+
+
+def _spec(seconds: float) -> _Itimerspec:
+    whole, nanoseconds = divmod(round(seconds * 1e9), 1_000_000_000)
+    every = _Timespec(whole, nanoseconds)
+    return _Itimerspec(every, every)
+
+
+class Tick:
+    def __init__(self, slots: Slots) -> None:
+        self.slots = slots
+        self.resting = False  # made and disarmed: the next short attempt arms it
+        self._fd: int | None = None
+        self._libc: ctypes.CDLL | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._armed = _spec(PERIOD)
+        self._disarmed = _spec(0.0)
+
+    def start(self) -> None:
+        """Make the timer, disarmed, on the running loop; nothing where it cannot be."""
+        libc = _libc()
+        if libc is None:
+            return
+        fd = libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(fd, self._ticked)
+        except NotImplementedError:
+            os.close(fd)
+            return
+        self._fd, self._libc, self._loop = fd, libc, loop
+        self.resting = True
+
+    def arm(self) -> None:
+        """An attempt starts: tick while attempts run, if they are short."""
+        average = self.slots.average
+        if average is None or average < SHORT:
+            self._set(self._armed)
+            self.resting = False
+
+    def _ticked(self) -> None:
+        assert self._fd is not None
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
+            return
+        average = self.slots.average
+        if not self.slots.used or (average is not None and average >= SHORT):
+            self._set(self._disarmed)
+            self.resting = True
+
+    def _set(self, spec: _Itimerspec) -> None:
+        assert self._libc is not None
+        if self._libc.timerfd_settime(self._fd, 0, ctypes.byref(spec), None) < 0:
+            self.close()  # not to be: the timers go back to their loop's own precision
+
+    def close(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        self._fd = None
+        self.resting = False
+        assert self._loop is not None
+        self._loop.remove_reader(fd)
+        os.close(fd)

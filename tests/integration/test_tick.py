@@ -1,0 +1,102 @@
+"""The tick (`asyncq.worker.tick`): while short jobs run, a timerfd wakes the worker's
+loop every `PERIOD`, so that the jobs' own timers fire on time; it rests while no job
+runs and while jobs are long, and the worker closes it when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import uvloop
+
+import asyncq
+from asyncq.worker.slots import Slots
+from asyncq.worker.tick import PERIOD, SHORT, Tick
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd: Linux")
+
+
+def timerfds() -> set[int]:
+    """This process's open timerfds."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[timerfd]":
+                found.add(int(name))
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return found
+
+
+def interval_ns(fd: int) -> int:
+    """A timerfd's period in nanoseconds; 0 while it is disarmed. (Not its ``it_value``,
+    which reads 0 between an expiry and its read, too.)"""
+    with open(f"/proc/self/fdinfo/{fd}") as file:
+        info = dict(line.split(":", 1) for line in file.read().splitlines())
+    seconds, nanoseconds = (int(part) for part in info["it_interval"].strip(" ()").split(","))
+    return seconds * 1_000_000_000 + nanoseconds
+
+
+@pytest.mark.anyio
+async def test_a_running_short_job_has_the_tick_armed_and_the_worker_closes_it(
+    app: asyncq.App, drain: Any
+) -> None:
+    before = timerfds()
+    seen: list[int] = []
+
+    @app.task(name="tick.short")
+    async def short(n: int) -> None:
+        await asyncio.sleep(0.002)
+        seen.extend(interval_ns(fd) for fd in timerfds() - before)
+
+    await short.defer_many([{"n": n} for n in range(20)])
+    stats = await drain(concurrency=4)
+    assert stats.done == 20
+    assert seen and set(seen) == {round(PERIOD * 1e9)}
+    assert timerfds() == before
+
+
+def run_on_each_loop(main: Callable[[], Any]) -> None:
+    asyncio.run(main())
+    uvloop.run(main())
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    for _ in range(5000):  # five seconds at most
+        if predicate():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("not within five seconds")
+
+
+def test_the_tick_rests_once_no_attempt_runs_and_is_not_armed_for_long_attempts() -> None:
+    async def main() -> None:
+        slots = Slots(4)
+        tick = Tick(slots)
+        tick.start()
+        (fd,) = timerfds()
+        assert tick.resting and interval_ns(fd) == 0
+
+        slots.take(1)  # an attempt starts
+        tick.arm()
+        assert not tick.resting and interval_ns(fd) == round(PERIOD * 1e9)
+        await asyncio.sleep(PERIOD * 10)
+        assert not tick.resting  # it ticked on: an attempt runs
+
+        slots.give_back(to_write=True)  # none runs: the next tick rests
+        await until(lambda: tick.resting)
+        assert interval_ns(fd) == 0
+
+        slots.ran(SHORT * 2)  # long attempts: not armed
+        slots.take(1)
+        tick.arm()
+        assert tick.resting and interval_ns(fd) == 0
+
+        tick.close()
+        assert not tick.resting and timerfds() == set()
+
+    run_on_each_loop(main)
