@@ -9,10 +9,12 @@ the loop ran since it last read the clock; the busier the loop, the later. A tas
 sleeps 5 ms holds its slot a few percent longer than it asked for, for nothing. Woken
 every `PERIOD`, the loop reads its clock again and runs what has fallen due.
 
-Only while attempts run, and only while they are short (`SHORT`, on average): against
-longer jobs the lateness is a small part of a slot's time, and thousands of wake-ups a
-second cost about 1% of a core. An attempt that starts arms it; the first tick that
-finds no attempt running, or attempts no longer short, disarms it.
+Only while attempts run, and only while they are short (`SHORT`, on average): a wake-up
+costs the process 10-40 µs of CPU (more when the loop had nothing else to do), so the
+ticks take a few percent of a core, worth it only while the lateness is a share of each
+job. An attempt that starts arms it; the first tick that finds no attempt running, or
+attempts no longer short, disarms it. Only timers gain: a job that waits on a socket is
+woken by the socket, tick or not.
 
 A Linux ``timerfd``, read on the loop (``loop.add_reader``). Where there is none (not
 Linux, or a loop without ``add_reader``), there is no tick, and timers are as late as
@@ -30,7 +32,7 @@ import sys
 from asyncq.worker.slots import Slots
 
 PERIOD = 0.0005  # seconds between ticks while armed
-SHORT = 0.05  # attempts this long on average, or longer, are not ticked for
+SHORT = 0.02  # attempts this long on average, or longer, are not ticked for
 _CLOCK_MONOTONIC = 1
 
 
