@@ -251,8 +251,8 @@ class Dispatcher:
             else:
                 attempt.runner = runner
                 attempt.state = State.RUNNING
-                if tick.resting:
-                    tick.arm()
+                if tick.resting and task is not None and not task.blocking:
+                    tick.arm()  # a task in a thread has no timers on the loop
                 timer = None
                 if task is not None and task.timeout is not None:
                     timer = loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)

@@ -12,9 +12,10 @@ every `PERIOD`, the loop reads its clock again and runs what has fallen due.
 Only while attempts run, and only while they are short (`SHORT`, on average): a wake-up
 costs the process 10-40 µs of CPU (more when the loop had nothing else to do), so the
 ticks take a few percent of a core, worth it only while the lateness is a share of each
-job. An attempt that starts arms it; the first tick that finds no attempt running, or
-attempts no longer short, disarms it. Only timers gain: a job that waits on a socket is
-woken by the socket, tick or not.
+job. An attempt that starts on the loop arms it (not one of a plain ``def`` task: it
+runs in a thread); the first tick that finds no attempt running, or attempts no longer
+short, disarms it. Only timers gain: a job that waits on a socket is woken by the
+socket, tick or not.
 
 A Linux ``timerfd``, read on the loop (``loop.add_reader``). Where there is none (not
 Linux, or a loop without ``add_reader``), there is no tick, and timers are as late as

@@ -100,3 +100,18 @@ def test_the_tick_rests_once_no_attempt_runs_and_is_not_armed_for_long_attempts(
         assert not tick.resting and timerfds() == set()
 
     run_on_each_loop(main)
+
+
+@pytest.mark.anyio
+async def test_a_task_in_a_thread_does_not_arm_the_tick(app: asyncq.App, drain: Any) -> None:
+    before = timerfds()
+    seen: list[int] = []
+
+    @app.task(name="tick.blocking")
+    def blocking(n: int) -> None:
+        seen.extend(interval_ns(fd) for fd in timerfds() - before)
+
+    await blocking.defer_many([{"n": n} for n in range(5)])
+    stats = await drain(concurrency=2)
+    assert stats.done == 5
+    assert seen and set(seen) == {0}
