@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
+import functools
 import os
 import sys
 
@@ -45,11 +45,14 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library's symbols, as the interpreter has them (no search for the file:
+    ``ctypes.util.find_library`` runs a process), if it has ``timerfd_create``."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
     return libc if hasattr(libc, "timerfd_create") else None
