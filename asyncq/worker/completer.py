@@ -69,6 +69,8 @@ class Completer:
         self._plain: list[Outcome] = []  # done, with nothing to store: a claim may write them
         self._arrived = asyncio.Event()
         self._closed = False
+        self._writing = 0  # writes under way
+        self._write_ended = asyncio.Event()
         # True while a claim is about to go out that can write the plain done outcomes
         # (`take_plain`): they wait for it rather than take a statement of their own.
         self.claim_coming: Callable[[], bool] = lambda: False
@@ -107,11 +109,16 @@ class Completer:
         self._arrived.set()
 
     async def finish(self) -> None:
-        """Write everything submitted, in the caller's task, then let `run` end. The
-        caller bounds the wait, and shields it: a worker cancelled by its caller still
-        writes its hand-backs, though `run` was cancelled with it."""
+        """Write everything submitted, in the caller's task, then let `run` end. A write
+        `run` has under way ends first: cut off (`run` is cancelled next), its outcomes
+        would be left to their lease, and their jobs run again. The caller bounds the
+        wait, and shields it: a worker cancelled by its caller still writes its
+        hand-backs, though `run` was cancelled with it."""
         self._closed = True
         self._arrived.set()
+        while self._writing:
+            self._write_ended.clear()
+            await self._write_ended.wait()
         while self._pending or self._plain:
             await self._write_pending()
         await self.kept.release()
@@ -135,6 +142,7 @@ class Completer:
         if room > 0 and self._plain:
             batch += self._plain[:room]
             del self._plain[:room]
+        self._writing += 1
         try:
             await retrying(self.name, partial(self._write, batch), self.observer)
         except BaseException:
@@ -142,6 +150,9 @@ class Completer:
             # not, writing it again is safe: the fence refuses a second write.
             self._pending[:0] = batch
             raise
+        finally:
+            self._writing -= 1
+            self._write_ended.set()
 
     async def _write(self, batch: list[Outcome]) -> None:
         try:

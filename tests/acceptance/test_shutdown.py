@@ -6,9 +6,10 @@ from __future__ import annotations
 import signal
 import time
 
+import psycopg
 import pytest
 
-from tests.harness.app import NOOP, SLEEP, SLEEP_IN_THREAD, STUBBORN
+from tests.harness.app import NOOP, SLEEP, SLEEP_IN_THREAD, SLOW_ECHO, STUBBORN
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
 from tests.harness.processes import Workers, wait_until
@@ -149,3 +150,42 @@ def test_sigterm_stops_a_worker_whose_claims_come_back_full(db, workers: Workers
     assert worker.wait(30) == 0, worker.stderr()
     (queued,) = db.execute("SELECT count(*) FROM asyncq_jobs WHERE status = 'queued'").fetchone()
     assert queued > 50_000, f"the worker went on claiming after SIGTERM: {queued} left"
+
+
+def test_sigterm_lets_an_outcome_write_under_way_end(
+    dsn: str, db, workers: Workers, ledger: Ledger
+) -> None:
+    """The job's outcome is being written when the worker stops: the write ends, and
+    the worker exits after it. Cut off, it would leave the job running until its lease
+    brought it back, to run a second time."""
+    worker = workers.start("--grace", "15", lease=60)
+    [job_id] = insert_jobs(db, SLOW_ECHO, [{"seconds": 1, "value": 7}])
+    wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
+
+    def waiting_on_a_lock() -> bool:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+        return row is not None and row[0] > 0
+
+    with psycopg.connect(dsn) as blocker:  # its transaction holds the row
+        blocker.execute("SELECT 1 FROM asyncq_jobs WHERE id = %s FOR UPDATE", (job_id,))
+        wait_until(waiting_on_a_lock, 10, "the outcome's write to wait for the row")
+        worker.send(signal.SIGTERM)
+        worker.wait_log("stopping", 5)
+        # A worker that cut its write off exits within milliseconds; give it a second.
+        deadline = time.monotonic() + 1.0
+        while worker.popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        exited_first = worker.popen.poll() is not None
+        blocker.rollback()
+
+    # (A write cut off may still commit: the server may not see its client go while it
+    # waits for the row. It may as well be cancelled first, and the job run again.)
+    assert not exited_first, "the worker exited with its outcome's write under way"
+
+    assert worker.wait(15) == 0, worker.stderr()
+    row = job_row(db, job_id)
+    assert (row["status"], row["attempts"], row["result"]) == ("done", 1, 7)
+    assert len(ledger.events("end", job_id)) == 1

@@ -105,6 +105,15 @@ async def echo(value: object = None) -> object:
 
 
 @app.task
+async def slow_echo(seconds: float, value: object = None) -> object:
+    """Sleeps ``seconds``, then returns its argument: the job's result."""
+    record("start")
+    await asyncio.sleep(seconds)
+    record("end")
+    return value
+
+
+@app.task
 async def unstorable(kind: str) -> object:
     """Returns what cannot be stored as JSON: a set, or NaN."""
     record("start")
@@ -259,6 +268,7 @@ SLEEP_BY_ATTEMPT, FAIL_SLOWLY_RETRIED = sleep_by_attempt.name, fail_slowly_retri
 KILL_OWN_WORKER, FREEZE_THEN, STUBBORN = kill_own_worker.name, freeze_then.name, stubborn.name
 HOLD_CONNECTION, TAKES = hold_connection.name, takes.name
 SLEEP_IN_THREAD = sleep_in_thread.name
+SLOW_ECHO = slow_echo.name
 ECHO, UNSTORABLE = echo.name, unstorable.name
 RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
 GUARDED = [name for name in app.tasks if name.startswith("guarded.")]
