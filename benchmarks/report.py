@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,25 @@ def targets(summary: dict[str, Any], results: dict[str, Any]) -> list[dict[str, 
         bulk = a.get("bulk")
         add("defer_many jobs/s", bulk, ">= 100,000/s", None if bulk is None else bulk >= 100_000)
 
+    ceiling = results.get("ceiling")
+    if ceiling and "rounds" in ceiling:
+        for procs, key, bar in ((1, "one_vs_sql", 0.75), (2, "two_vs_sql", 0.9)):
+            r = ceiling[f"{key}_median"]
+            add(
+                f"{procs} process{'es' if procs > 1 else ''} vs plain SQL, back to back",
+                r,
+                f">= {bar:.2f}x",
+                r >= bar,
+                "rounds " + " ".join(f"{x:.2f}" for x in ceiling[key]),
+            )
+        bulk = ceiling["bulk"]
+        add(
+            "defer_many jobs/s, in turns with a bulk INSERT",
+            bulk["defer_many"],
+            ">= 150,000/s",
+            bulk["defer_many"] >= 150_000,
+            f"{bulk['ratio']:.2f}x the bulk INSERT's {bulk['bulk_insert']:,.0f}/s",
+        )
     history = results.get("history")
     if history and "cases" in history:
         cases = {c["case"]: c for c in history["cases"]}
@@ -597,6 +617,40 @@ def render(results: dict[str, Any]) -> str:
         if "rows" in results["shape"]:
             parts.append(shape.render(results["shape"], durability=not results.get("redis")))
 
+    ceiling = results.get("ceiling")
+    if ceiling and "rounds" in ceiling:
+        points = ceiling["points"]
+        rows = [
+            [
+                str(i),
+                *(_fmt(r[key]) for key in points),
+                f"{one:.2f}x",
+                f"{two:.2f}x",
+            ]
+            for i, (r, one, two) in enumerate(
+                zip(ceiling["rounds"], ceiling["one_vs_sql"], ceiling["two_vs_sql"], strict=True),
+                start=1,
+            )
+        ]
+        rows.append(
+            [
+                "median",
+                *(_fmt(statistics.median(r[key] for r in ceiling["rounds"])) for key in points),
+                f"{ceiling['one_vs_sql_median']:.2f}x",
+                f"{ceiling['two_vs_sql_median']:.2f}x",
+            ]
+        )
+        headers = [f"{key} ({label})" for key, label in points.items()]
+        parts.append(
+            f"ceiling: asyncq and plain SQL back to back ({ceiling['jobs']:,} jobs per drain)\n"
+            + _table(["round", *headers, "1 process vs SQL", "2 processes vs SQL"], rows)
+        )
+        bulk = ceiling["bulk"]
+        parts.append(
+            f"bulk in turns (calls of {bulk['chunk']:,}): defer_many {bulk['defer_many']:,.0f}/s,"
+            f" plain bulk INSERT {bulk['bulk_insert']:,.0f}/s ({bulk['ratio']:.2f}x;"
+            f" blocks {' '.join(f'{r:.2f}' for r in bulk['block_ratios'])})"
+        )
     history = results.get("history")
     if history and "cases" in history:
         rows = [

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baseline, history, measure, memory, profile, redisdb, report, shape
+from benchmarks import baseline, ceiling, history, measure, memory, profile, redisdb, report, shape
 from benchmarks.common import (
     ROOT,
     describe,
@@ -41,7 +41,7 @@ from benchmarks.common import (
 )
 from benchmarks.systems import ORDER, SHORT_GAP, Point, System, load
 
-PARTS = ("throughput", "latency", "enqueue", "history", "memory", "shape")
+PARTS = ("throughput", "latency", "enqueue", "ceiling", "history", "memory", "shape")
 REQUIRES = {
     "procrastinate": ("procrastinate",),
     "pgqueuer": ("pgqueuer", "asyncpg"),
@@ -94,6 +94,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--memory", action="store_true", help="add the memory soak to --parts")
     parser.add_argument("--repeats", type=int, help="runs of everything (default: 3; quick: 1)")
+    parser.add_argument(
+        "--ceiling-rounds",
+        type=int,
+        help="rounds of the ceiling part: asyncq and plain SQL back to back (default: 5; quick: 1)",
+    )
     parser.add_argument("--jobs", type=int, help="jobs per drain (default: 20,000; quick: 5,000)")
     parser.add_argument("--latency-jobs", type=int, help="pickup samples (default: 200; quick: 50)")
     parser.add_argument(
@@ -123,12 +128,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
+    args.ceiling_rounds = args.ceiling_rounds or (1 if quick else 5)
     args.jobs = args.jobs or (5_000 if quick else 20_000)
     args.latency_jobs = args.latency_jobs or (50 if quick else 200)
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
     names = [s.strip() for s in args.only.split(",") if s.strip()]
     if args.parts is None:
-        args.parts = "throughput,latency,enqueue,history" + ("" if quick else ",shape")
+        args.parts = "throughput,latency,enqueue,ceiling,history" + ("" if quick else ",shape")
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.memory:
         args.parts.add("memory")
@@ -469,6 +475,22 @@ class Runner:
             self.say(f"round {repeat} of {args.repeats}")
             await self.one_round(repeat)
         names = [s.name for s in self.systems]
+        if "ceiling" in args.parts and {"asyncq", "sql"} <= set(names):
+            self.say(f"ceiling: asyncq and plain SQL back to back, {args.ceiling_rounds} rounds")
+            by_name = {s.name: s for s in self.systems}
+            self.results["ceiling"] = await self.guarded(
+                "ceiling",
+                lambda: ceiling.run(
+                    by_name["asyncq"],
+                    by_name["sql"],
+                    rounds=args.ceiling_rounds,
+                    jobs=args.jobs,
+                    bulk_chunk=args.bulk_chunk,
+                    log_dir=self.log_dir,
+                    analyze=args.analyze,
+                    say=self.say,
+                ),
+            )
         if "shape" in args.parts and args.shape_systems:
             self.say(f"shape: {', '.join(args.shape_systems)}")
             self.results["shape"] = await self.guarded(
