@@ -1,0 +1,150 @@
+"""Where a drain's time goes: the worker's CPU, the rest of the machine's, WAL and commits.
+
+``python -m benchmarks.split --dsn DSN [--jobs 60000] [--rounds 3]``
+
+For asyncq at c=100 b=100 and plain SQL at its best (10 coroutines, batches of 100,
+batched), in turns: pre-load the jobs, start one worker process and time its drain as
+benchmarks/measure.py does, reading around the drain
+
+- the worker process's CPU time (``/proc/<pid>/stat``: user and system);
+- the whole machine's busy CPU time (``/proc/stat``), less the worker's: the server's
+  backends, the harness's probe, everything else;
+- the server's WAL records, bytes, writes and syncs (``pg_stat_wal``) and its commits
+  (``pg_stat_database.xact_commit``, every database: the probe's included).
+
+Per job, and as a share of a core over the drain. The server must be the harness's own
+(this machine): its CPU is read from the same ``/proc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import measure
+from benchmarks.common import ROOT, connect, drop_database, recreate_database, run_async
+from benchmarks.systems import Point, System, load
+
+TICK = os.sysconf("SC_CLK_TCK")
+CASES = (("asyncq", Point(100, 100)), ("sql", Point(10, 100, variant="batched")))
+WAL = "SELECT wal_records, wal_bytes, wal_write, wal_sync FROM pg_stat_wal"
+COMMITS = "SELECT sum(xact_commit) FROM pg_stat_database"
+
+
+def machine_busy() -> float:
+    """Seconds of CPU the whole machine has been busy (all cores)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def server_counters(dsn: str) -> tuple[float, ...]:
+    async with await connect(dsn) as conn:
+        wal = await (await conn.execute(WAL)).fetchone()
+        commits = await (await conn.execute(COMMITS)).fetchone()
+    assert wal is not None and commits is not None
+    return (*map(float, wal), float(commits[0]))
+
+
+async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str, float]:
+    await system.reset()
+    await measure.preload(system, jobs)
+    await measure.settle(system)
+    args = [sys.executable, "-m", "benchmarks.worker", *measure.worker_args(system, point, "drain")]
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    while (await proc.stdout.readline()).strip() != b"READY":
+        pass
+    await system.unfinished()
+    before = await server_counters(admin)
+    worker0, busy0 = process_cpu(proc.pid), machine_busy()
+    started = time.perf_counter()
+    proc.stdin.write(b"\n")
+    await proc.stdin.drain()
+    await measure.wait_until_done(system, interval=measure.POLL_INTERVAL, within=120 + jobs / 100)
+    seconds = time.perf_counter() - started
+    worker, busy = process_cpu(proc.pid) - worker0, machine_busy() - busy0
+    await proc.wait()
+    await system.close_probe()
+    await asyncio.sleep(0.6)  # the statistics collector's flush (500 ms)
+    after = await server_counters(admin)
+    records, wal_bytes, writes, syncs, commits = (a - b for a, b in zip(after, before, strict=True))
+    per_job = 1e6 / jobs
+    return {
+        "rate": jobs / seconds,
+        "worker_us": worker * per_job,
+        "worker_cores": worker / seconds,
+        "rest_us": (busy - worker) * per_job,
+        "rest_cores": (busy - worker) / seconds,
+        "wal_records": records / jobs,
+        "wal_bytes": wal_bytes / jobs,
+        "wal_syncs_per_1000": syncs * 1000 / jobs,
+        "wal_writes_per_1000": writes * 1000 / jobs,
+        "commits_per_1000": commits * 1000 / jobs,
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    systems: list[tuple[str, System, Point]] = []
+    for name, point in CASES:
+        system = load(name).SYSTEM(await recreate_database(args.dsn, name))
+        await system.install()
+        await system.open()
+        systems.append((name, system, point))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in systems}
+    try:
+        for turn in range(args.rounds):
+            for name, system, point in systems if turn % 2 == 0 else systems[::-1]:
+                run = await drain(system, point, args.jobs, args.dsn)
+                runs[name].append(run)
+                print(f"  {name:6} {point.label:20} {_line(run)}", flush=True)
+    finally:
+        for name, system, _ in systems:
+            await system.close()
+            await drop_database(args.dsn, name)
+    print(f"\nmedians of {args.rounds} drains of {args.jobs:,} jobs:")
+    for name, point in CASES:
+        median = {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
+        print(f"  {name:6} {point.label:20} {_line(median)}")
+
+
+def _line(run: dict[str, Any]) -> str:
+    return (
+        f"{run['rate']:>8,.0f} jobs/s; worker {run['worker_us']:.1f} µs/job"
+        f" ({run['worker_cores']:.2f} of a core), the rest {run['rest_us']:.1f} µs/job"
+        f" ({run['rest_cores']:.2f}); per job {run['wal_records']:.1f} WAL records,"
+        f" {run['wal_bytes']:,.0f} bytes; per 1,000 jobs {run['commits_per_1000']:.1f}"
+        f" commits, {run['wal_syncs_per_1000']:.1f} WAL syncs"
+    )
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.split", description=__doc__)
+    parser.add_argument("--dsn", default=os.environ.get("ASYNCQ_BENCH_DSN"), required=False)
+    parser.add_argument("--jobs", type=int, default=60_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("--dsn (or $ASYNCQ_BENCH_DSN): a superuser on this machine's server")
+    run_async(lambda: main(args))
+
+
+if __name__ == "__main__":
+    cli()
