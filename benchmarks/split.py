@@ -1,10 +1,10 @@
 """Where a drain's time goes: the worker's CPU, the rest of the machine's, WAL and commits.
 
-``python -m benchmarks.split --dsn DSN [--jobs 60000] [--rounds 3]``
+``python -m benchmarks.split --dsn DSN [--jobs 60000] [--rounds 3] [--asyncq 100,100]``
 
-For asyncq at c=100 b=100 and plain SQL at its best (10 coroutines, batches of 100,
-batched), in turns: pre-load the jobs, start one worker process and time its drain as
-benchmarks/measure.py does, reading around the drain
+For asyncq at c=100 b=100 (``--asyncq C,B`` for another) and plain SQL at its best
+(10 coroutines, batches of 100, batched), in turns: pre-load the jobs, start one worker
+process and time its drain as benchmarks/measure.py does, reading around the drain
 
 - the worker process's CPU time (``/proc/<pid>/stat``: user and system);
 - the whole machine's busy CPU time (``/proc/stat``), less the worker's: the server's
@@ -32,7 +32,7 @@ from benchmarks.common import ROOT, connect, drop_database, recreate_database, r
 from benchmarks.systems import Point, System, load
 
 TICK = os.sysconf("SC_CLK_TCK")
-CASES = (("asyncq", Point(100, 100)), ("sql", Point(10, 100, variant="batched")))
+SQL_BEST = Point(10, 100, variant="batched")
 WAL = "SELECT wal_records, wal_bytes, wal_write, wal_sync FROM pg_stat_wal"
 COMMITS = "SELECT sum(xact_commit) FROM pg_stat_database"
 
@@ -102,8 +102,10 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
 
 
 async def main(args: argparse.Namespace) -> None:
+    concurrency, batch = (int(n) for n in args.asyncq.split(","))
+    cases = (("asyncq", Point(concurrency, batch)), ("sql", SQL_BEST))
     systems: list[tuple[str, System, Point]] = []
-    for name, point in CASES:
+    for name, point in cases:
         system = load(name).SYSTEM(await recreate_database(args.dsn, name))
         await system.install()
         await system.open()
@@ -120,7 +122,7 @@ async def main(args: argparse.Namespace) -> None:
             await system.close()
             await drop_database(args.dsn, name)
     print(f"\nmedians of {args.rounds} drains of {args.jobs:,} jobs:")
-    for name, point in CASES:
+    for name, point in cases:
         median = {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
         print(f"  {name:6} {point.label:20} {_line(median)}")
 
@@ -140,6 +142,7 @@ def cli() -> None:
     parser.add_argument("--dsn", default=os.environ.get("ASYNCQ_BENCH_DSN"), required=False)
     parser.add_argument("--jobs", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--asyncq", default="100,100", help="asyncq's concurrency,batch size")
     args = parser.parse_args()
     if not args.dsn:
         parser.error("--dsn (or $ASYNCQ_BENCH_DSN): a superuser on this machine's server")
