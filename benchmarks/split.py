@@ -12,6 +12,11 @@ process and time its drain as benchmarks/measure.py does, reading around the dra
 - the server's WAL records, bytes, writes and syncs (``pg_stat_wal``) and its commits
   (``pg_stat_database.xact_commit``, every database: the probe's included).
 
+- from 0.3 s into the drain to its end, the time the worker process and the server
+  processes of its database (its claims', its other connections' and the harness's
+  probe's) spent on a CPU and runnable but waiting for one (``/proc/<pid>/schedstat``),
+  as shares of that time (the server processes' summed).
+
 Per job, and as a share of a core over the drain. The server must be the harness's own
 (this machine): its CPU is read from the same ``/proc``.
 """
@@ -35,6 +40,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 SQL_BEST = Point(10, 100, variant="batched")
 WAL = "SELECT wal_records, wal_bytes, wal_write, wal_sync FROM pg_stat_wal"
 COMMITS = "SELECT sum(xact_commit) FROM pg_stat_database"
+WARM_UP = 0.3  # seconds into a drain before its scheduling is read
 
 
 def machine_busy() -> float:
@@ -42,6 +48,61 @@ def machine_busy() -> float:
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
     return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def scheduled(pid: int) -> tuple[float, float] | None:
+    """Seconds ``pid`` has run on a CPU, and seconds it has waited, runnable, for one
+    (``/proc/<pid>/schedstat``); None once it is gone."""
+    try:
+        on_cpu, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except OSError:
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+async def backends(dsn: str) -> list[int]:
+    """The server processes of the other sessions on ``dsn``'s database."""
+    async with await connect(dsn) as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return [int(row[0]) for row in await cur.fetchall()]
+
+
+class Scheduling:
+    """The scheduling of processes, read every few milliseconds until ``stop``: a
+    process that exits (the worker's server processes go with it at the drain's end)
+    is counted up to its last reading."""
+
+    def __init__(self, pids: list[int]) -> None:
+        began = time.perf_counter()
+        self.first = {pid: (began, scheduled(pid)) for pid in pids}
+        self.last = dict(self.first)
+        self._stopped = asyncio.Event()
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            now = time.perf_counter()
+            for pid in self.first:
+                reading = scheduled(pid)
+                if reading is not None:
+                    self.last[pid] = (now, reading)
+            await asyncio.sleep(0.005)
+
+    def stop(self) -> list[float]:
+        """The worker's (the first pid) and the others' summed shares of time on a CPU
+        and waiting for one."""
+        self._stopped.set()
+        shares = [0.0, 0.0, 0.0, 0.0]
+        for i, (pid, (began, then)) in enumerate(self.first.items()):
+            ended, now = self.last[pid]
+            if then is None or now is None or ended <= began:
+                continue
+            at = 0 if i == 0 else 2
+            shares[at] += (now[0] - then[0]) / (ended - began)
+            shares[at + 1] += (now[1] - then[1]) / (ended - began)
+        return shares
 
 
 def process_cpu(pid: int) -> float:
@@ -78,9 +139,16 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
     started = time.perf_counter()
     proc.stdin.write(b"\n")
     await proc.stdin.drain()
+    # The worker opens its connections once told to go: its server processes are looked
+    # up once it is under way, and their scheduling read from then to the end.
+    await asyncio.sleep(WARM_UP)
+    watch = Scheduling([proc.pid, *await backends(system.dsn)])
+    watching = asyncio.create_task(watch.run())
     await measure.wait_until_done(system, interval=measure.POLL_INTERVAL, within=120 + jobs / 100)
     seconds = time.perf_counter() - started
     worker, busy = process_cpu(proc.pid) - worker0, machine_busy() - busy0
+    shares = watch.stop()
+    await watching
     await proc.wait()
     await system.close_probe()
     await asyncio.sleep(0.6)  # the statistics collector's flush (500 ms)
@@ -98,6 +166,10 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
         "wal_syncs_per_1000": syncs * 1000 / jobs,
         "wal_writes_per_1000": writes * 1000 / jobs,
         "commits_per_1000": commits * 1000 / jobs,
+        "worker_on_cpu": shares[0],
+        "worker_waiting": shares[1],
+        "server_on_cpu": shares[2],
+        "server_waiting": shares[3],
     }
 
 
@@ -133,7 +205,9 @@ def _line(run: dict[str, Any]) -> str:
         f" ({run['worker_cores']:.2f} of a core), the rest {run['rest_us']:.1f} µs/job"
         f" ({run['rest_cores']:.2f}); per job {run['wal_records']:.1f} WAL records,"
         f" {run['wal_bytes']:,.0f} bytes; per 1,000 jobs {run['commits_per_1000']:.1f}"
-        f" commits, {run['wal_syncs_per_1000']:.1f} WAL syncs"
+        f" commits, {run['wal_syncs_per_1000']:.1f} WAL syncs; on a CPU / runnable, waiting"
+        f" for one: the worker {run['worker_on_cpu']:.2f} / {run['worker_waiting']:.2f},"
+        f" its server processes {run['server_on_cpu']:.2f} / {run['server_waiting']:.2f}"
     )
 
 
