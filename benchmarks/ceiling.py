@@ -29,14 +29,11 @@ from typing import Any
 from benchmarks import measure
 from benchmarks.common import connect
 from benchmarks.systems import Point, System, time_calls
+from benchmarks.systems.sql_system import INSERT_MANY, NOOP
 
 ASYNCQ_ONE = Point(100, 100)
 ASYNCQ_TWO = Point(100, 100, processes=2)
 SQL_BEST = Point(10, 100, variant="batched")
-BULK_INSERT = (
-    "INSERT INTO asyncq_jobs (task_name, args)"
-    " SELECT %s, a FROM jsonb_array_elements(%s::jsonb) AS a RETURNING id"
-)
 BULK_BLOCKS = 5
 BULK_CALLS = 20  # calls per block
 
@@ -93,10 +90,9 @@ async def bulk_in_turns(asyncq: Any, chunk: int) -> dict[str, Any]:
     of calls taking turns (their order shuffled in each turn); jobs/s of each."""
     conn = await connect(asyncq.dsn)
     args = json.dumps([{}] * chunk)
-    name = "bench.noop"
 
     async def bulk_insert() -> None:
-        await (await conn.execute(BULK_INSERT, (name, args))).fetchall()
+        await (await conn.execute(INSERT_MANY, (NOOP, args))).fetchall()
 
     async def defer_many() -> None:
         await asyncq.enqueue_bulk(chunk)

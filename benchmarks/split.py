@@ -27,13 +27,12 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import measure
-from benchmarks.common import ROOT, connect, drop_database, recreate_database, run_async
+from benchmarks.common import ROOT, connect, drop_database, recreate_database, run_async, workers
 from benchmarks.systems import Point, System, load
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -41,6 +40,7 @@ SQL_BEST = Point(10, 100, variant="batched")
 WAL = "SELECT wal_records, wal_bytes, wal_write, wal_sync FROM pg_stat_wal"
 COMMITS = "SELECT sum(xact_commit) FROM pg_stat_database"
 WARM_UP = 0.3  # seconds into a drain before its scheduling is read
+LOGS = ROOT / "benchmarks" / "results" / "logs"  # each worker's stderr
 
 
 def machine_busy() -> float:
@@ -122,34 +122,27 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
     await system.reset()
     await measure.preload(system, jobs)
     await measure.settle(system)
-    args = [sys.executable, "-m", "benchmarks.worker", *measure.worker_args(system, point, "drain")]
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    while (await proc.stdout.readline()).strip() != b"READY":
-        pass
-    await system.unfinished()
-    before = await server_counters(admin)
-    worker0, busy0 = process_cpu(proc.pid), machine_busy()
-    started = time.perf_counter()
-    proc.stdin.write(b"\n")
-    await proc.stdin.drain()
-    # The worker opens its connections once told to go: its server processes are looked
-    # up once it is under way, and their scheduling read from then to the end.
-    await asyncio.sleep(WARM_UP)
-    watch = Scheduling([proc.pid, *await backends(system.dsn)])
-    watching = asyncio.create_task(watch.run())
-    await measure.wait_until_done(system, interval=measure.POLL_INTERVAL, within=120 + jobs / 100)
-    seconds = time.perf_counter() - started
-    worker, busy = process_cpu(proc.pid) - worker0, machine_busy() - busy0
-    shares = watch.stop()
-    await watching
-    await proc.wait()
+    args = measure.worker_args(system, point, "drain")
+    async with workers(args, 1, LOGS, measure.tag_of(system, point)) as [worker]:
+        pid = worker.proc.pid
+        await system.unfinished()  # the probe's connection, opened before the clock starts
+        before = await server_counters(admin)
+        worker0, busy0 = process_cpu(pid), machine_busy()
+        started = time.perf_counter()
+        worker.go()
+        # The worker opens its connections once told to go: its server processes are
+        # looked up once it is under way, and their scheduling read from then to the end.
+        await asyncio.sleep(WARM_UP)
+        watch = Scheduling([pid, *await backends(system.dsn)])
+        watching = asyncio.create_task(watch.run())
+        await measure.wait_until_done(
+            system, interval=measure.POLL_INTERVAL, within=120 + jobs / 100
+        )
+        seconds = time.perf_counter() - started
+        worker_cpu, busy = process_cpu(pid) - worker0, machine_busy() - busy0
+        shares = watch.stop()
+        await watching
+        await worker.wait_exit(30)
     await system.close_probe()
     await asyncio.sleep(0.6)  # the statistics collector's flush (500 ms)
     after = await server_counters(admin)
@@ -157,10 +150,10 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
     per_job = 1e6 / jobs
     return {
         "rate": jobs / seconds,
-        "worker_us": worker * per_job,
-        "worker_cores": worker / seconds,
-        "rest_us": (busy - worker) * per_job,
-        "rest_cores": (busy - worker) / seconds,
+        "worker_us": worker_cpu * per_job,
+        "worker_cores": worker_cpu / seconds,
+        "rest_us": (busy - worker_cpu) * per_job,
+        "rest_cores": (busy - worker_cpu) / seconds,
         "wal_records": records / jobs,
         "wal_bytes": wal_bytes / jobs,
         "wal_syncs_per_1000": syncs * 1000 / jobs,
