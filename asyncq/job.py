@@ -99,7 +99,11 @@ class JobContext:
 # of the attempt: most tasks never ask, and a frozen dataclass costs about 2 µs to make,
 # a tenth of what the worker spends on a short job.
 _Parts = tuple[Job, str, threading.Event | None]
-_current: contextvars.ContextVar[JobContext | _Parts] = contextvars.ContextVar("asyncq_current_job")
+# The attempt running in this context: set by the worker around each attempt, to its
+# parts; `current_job` makes its JobContext from them on first use.
+running_job: contextvars.ContextVar[JobContext | _Parts] = contextvars.ContextVar(
+    "asyncq_current_job"
+)
 
 
 def current_job() -> JobContext:
@@ -108,13 +112,13 @@ def current_job() -> JobContext:
     Raises `NotInJob` outside a task run by a worker.
     """
     try:
-        found = _current.get()
+        found = running_job.get()
     except LookupError:
         raise NotInJob() from None
     if isinstance(found, JobContext):
         return found
     context = job_context(*found)
-    _current.set(context)
+    running_job.set(context)
     return context
 
 
@@ -136,8 +140,8 @@ def job_context(job: Job, worker: str, stop_event: threading.Event | None = None
 def set_current_job(
     job: Job, worker: str, stop_event: threading.Event | None = None
 ) -> contextvars.Token[JobContext | _Parts]:
-    return _current.set((job, worker, stop_event))
+    return running_job.set((job, worker, stop_event))
 
 
 def reset_current_job(token: contextvars.Token[JobContext | _Parts]) -> None:
-    _current.reset(token)
+    running_job.reset(token)

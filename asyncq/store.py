@@ -9,6 +9,7 @@ whatever the search path of the connection they travel on.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -85,16 +86,23 @@ def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[s
     each other in a cycle (a deadlock, which costs the loser a second and a retry). A
     transaction of several such statements (a batch of outcomes of several kinds) locks
     statement by statement, and can still meet a cancel in one: both sides retry it."""
-    if any(a.id > b.id for a, b in itertools.pairwise(jobs)):
-        order = sorted(range(len(jobs)), key=lambda i: jobs[i].id)
-        jobs = [jobs[i] for i in order]
+    ids = [j.id for j in jobs]
+    claims = [j.claim for j in jobs]
+    if any(map(operator.gt, ids, itertools.islice(ids, 1, None))):
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        ids = [ids[i] for i in order]
+        claims = [claims[i] for i in order]
         columns = {name: [values[i] for i in order] for name, values in columns.items()}
     return {
         "worker": worker,
-        "ids": _bigint_array([j.id for j in jobs]),
-        "claims": _bigint_array([j.claim for j in jobs]),
+        "ids": _bigint_array(ids),
+        "claims": _bigint_array(claims),
         **{name: list(values) for name, values in columns.items()},
     }
+
+
+# A claimed row made a Job by tuple's own __new__ (the named tuple's is Python code).
+_new_job = tuple.__new__
 
 
 def _bigint_array(values: list[int]) -> str:
@@ -232,8 +240,8 @@ class Store:
             query = self.q["claim_queues"]
         else:
             query = self.q["claim_any"]
-        cur = await conn.execute(query, params)
-        return [Job._make(row) for row in await cur.fetchall()]
+        cur = await conn.execute(query, params, binary=True)
+        return [_new_job(Job, row) for row in await cur.fetchall()]
 
     async def claim_writing_done(
         self,
@@ -250,12 +258,12 @@ class Store:
         still owned, written done."""
         params = _fence(worker, done)
         params.update(limit=limit, lease=lease, queues=list(queues) if queues else None)
-        cur = await conn.execute(self.q["claim_writing_done"], params)
+        cur = await conn.execute(self.q["claim_writing_done"], params, binary=True)
         rows = await cur.fetchall()
         written = int(rows[0][0])
         if rows[0][1] is None:
             return [], written
-        return [Job._make(row[1:]) for row in rows], written
+        return [_new_job(Job, row[1:]) for row in rows], written
 
     async def claim_limited(
         self,
@@ -281,7 +289,7 @@ class Store:
         }
         query = self.q["claim_limited_traced" if self.traced else "claim_limited"]
         cur = await conn.execute(query, params)
-        return [Job._make(row) for row in await cur.fetchall()]
+        return [_new_job(Job, row) for row in await cur.fetchall()]
 
     async def mark_done(
         self,

@@ -46,12 +46,19 @@ from asyncq.job import Job
 from asyncq.worker.executor import Executor, RunnableTask
 from asyncq.worker.handoff import Handoff
 from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import Outcome, Stop, decide
+from asyncq.worker.outcomes import Kind, Outcome, Stop, decide
 from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
 from asyncq.worker.slots import Slots
 from asyncq.worker.tick import Tick
 
 logger = logging.getLogger(__name__)
+
+# The outcome of nearly every attempt, done with nothing to store, is made by tuple's
+# own __new__ with every field in order (Outcome's is Python code), and its kind looked
+# up once (Python 3.11's Enum classes find their members through a __getattr__ of their
+# metaclass, ten times slower than a global name).
+DONE = Kind.DONE
+new_tuple = tuple.__new__
 
 
 class State(enum.Enum):
@@ -93,7 +100,8 @@ class Dispatcher:
         self.held: dict[int, Attempt] = {}
         self._queue: Handoff[Attempt | None] = Handoff()
         self._runners: set[asyncio.Task[None]] = set()
-        self._ended = asyncio.Event()
+        self._ended = asyncio.Event()  # set as attempts end, while stopping
+        self._stopping = False
         self._closed = False
         self.fence_after = lease * FENCE_AFTER
         self._fence: asyncio.TimerHandle | None = None
@@ -114,24 +122,37 @@ class Dispatcher:
     # -- attempts ---------------------------------------------------------------------
 
     def hold(self, job: Job, sent: float | None = None, *, first: bool = False) -> None:
-        """Run ``job``, just claimed (when its runners are all busy, it waits for one)
-        by a statement sent at ``sent`` (the loop's time; None: now); ``first``: before
-        the jobs waiting for a runner (a limited task's job, claimed for a free runner)."""
-        earlier = self.held.get(job.id)
-        if earlier is not None:
-            # Claimed again here (reaped while this worker was frozen, say): the earlier
-            # claim is gone, and with it anything its attempt would write.
-            self.lose(earlier, f"claimed again here as attempt {job.attempt}")
+        """Run ``job``, just claimed: `hold_many` of one."""
+        self.hold_many((job,), sent, first=first)
+
+    def hold_many(
+        self, jobs: Sequence[Job], sent: float | None = None, *, first: bool = False
+    ) -> None:
+        """Run ``jobs``, claimed by one statement sent at ``sent`` (the loop's time; None:
+        now), in their order (when the runners are all busy, they wait for one);
+        ``first``: before the jobs waiting (a limited task's jobs, claimed for free
+        runners)."""
+        held = self.held
         now = self._loop.time()
-        attempt = Attempt(job, renewed=now if sent is None else sent)
-        self.held[job.id] = attempt
+        renewed = now if sent is None else sent
+        attempts = []
+        for job in jobs:
+            earlier = held.get(job.id)
+            if earlier is not None:
+                # Claimed again here (reaped while this worker was frozen, say): the earlier
+                # claim is gone, and with it anything its attempt would write.
+                self.lose(earlier, f"claimed again here as attempt {job.attempt}")
+            attempt = Attempt(job, renewed=renewed)
+            held[job.id] = attempt
+            attempts.append(attempt)
         if first:
-            self._queue.put_first(attempt)
+            self._queue.put_first_many(attempts)
         else:
-            self._queue.put(attempt)
-        due = attempt.renewed + self.fence_after
-        if now >= due:  # a claim that took most of a lease: never run it
-            self._fenced(attempt, now)
+            self._queue.put_many(attempts)
+        due = renewed + self.fence_after
+        if now >= due:  # a claim that took most of a lease: never run its jobs
+            for attempt in attempts:
+                self._fenced(attempt, now)
         elif self._fence is None or self._fence.when() > due:
             self._fence_at(due)
 
@@ -237,6 +258,7 @@ class Dispatcher:
         tasks, executor, slots, observer = self.tasks, self.executor, self.slots, self.observer
         tick = self.tick
         loop = self._loop
+        running, ended_state = State.RUNNING, State.ENDED  # looked up once, as DONE is
         while not self._closed:
             attempt = take() if waiting else await queue.get()
             if attempt is None:
@@ -250,7 +272,7 @@ class Dispatcher:
                 outcome = decide(job, task, error=error, stop=stop)
             else:
                 attempt.runner = runner
-                attempt.state = State.RUNNING
+                attempt.state = running
                 if tick.resting and task is not None and not task.blocking:
                     tick.arm()  # a task in a thread has no timers on the loop
                 timer = None
@@ -275,13 +297,17 @@ class Dispatcher:
                 duration = perf_counter() - started
                 slots.ran(duration)
                 stop = attempt.stop
-                outcome = decide(
-                    job, task, result=result, error=error, stop=stop, duration=duration
-                )
+                if error is None and result is None and stop is None:
+                    outcome = new_tuple(Outcome, (job, DONE, None, 0.0, None, None, duration))
+                else:
+                    outcome = decide(
+                        job, task, result=result, error=error, stop=stop, duration=duration
+                    )
             if ended is not None:
                 ended(outcome, error, stop)
-            attempt.state = State.ENDED
-            self._ended.set()
+            attempt.state = ended_state
+            if self._stopping:
+                self._ended.set()
             if outcome is None or self._closed:
                 slots.give_back(to_write=False)
                 self.forget(attempt)
@@ -311,6 +337,7 @@ class Dispatcher:
     async def stop(self, grace: float) -> list[Job]:
         """Let running attempts end within ``grace`` seconds, stop the rest (their outcome:
         hand back) and close. Returns the jobs of attempts that did not stop."""
+        self._stopping = True
         with anyio.move_on_after(grace):
             await self._until_ended()
         active = self._active()

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from asyncq import codec
 from asyncq.errors import TaskNotFound
-from asyncq.job import Job, JobContext, current_job, reset_current_job, set_current_job
+from asyncq.job import Job, JobContext, current_job, running_job
 from asyncq.worker.outcomes import Policy
 from asyncq.worker.threads import Threads
 
@@ -53,8 +53,18 @@ class Executor:
 
     async def run(self, job: Job, task: RunnableTask | None) -> Any:
         """Run ``job`` with ``task`` (None: unknown here) to its end; returns its result."""
+        if task is None or task.blocking or self.middleware:
+            return await self._run_wrapped(job, task)
+        # The path of nearly every attempt: a coroutine function, no middleware.
+        token = running_job.set((job, self.worker, None))
+        try:
+            return await task.call_stored(codec.decode(job.args))
+        finally:
+            running_job.reset(token)
+
+    async def _run_wrapped(self, job: Job, task: RunnableTask | None) -> Any:
         stop = threading.Event() if task is not None and task.blocking else None
-        token = set_current_job(job, self.worker, stop)
+        token = running_job.set((job, self.worker, stop))
         try:
             if task is None:
                 raise TaskNotFound(
@@ -63,8 +73,6 @@ class Executor:
                 )
             args = codec.decode(job.args)
             if stop is None:
-                if not self.middleware:
-                    return await task.call_stored(args)
                 return await self._chain(current_job(), lambda: task.call_stored(args))
             call = task.prepare_stored(args)
             label = f"job {job.id} ({job.task_name})"
@@ -72,7 +80,7 @@ class Executor:
                 current_job(), lambda: self.threads.run(call, stop=stop, label=label)
             )
         finally:
-            reset_current_job(token)
+            running_job.reset(token)
 
     def _chain(self, context: JobContext, call: CallNext) -> Awaitable[Any]:
         for middleware in reversed(self.middleware):

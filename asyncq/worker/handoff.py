@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -34,9 +35,14 @@ class Handoff(Generic[T]):
         if self._woken is None:
             self._wake()
 
-    def put_first(self, item: T) -> None:
-        """Put ``item`` ahead of every item waiting."""
-        self.items.appendleft(item)
+    def put_many(self, items: Sequence[T]) -> None:
+        self.items.extend(items)
+        if self._woken is None:
+            self._wake()
+
+    def put_first_many(self, items: Sequence[T]) -> None:
+        """Put ``items``, in their order, ahead of every item waiting."""
+        self.items.extendleft(reversed(items))
         if self._woken is None:
             self._wake()
 

@@ -94,6 +94,12 @@ class Observer:
     def finished(self, outcome: Outcome, status: str) -> None:
         """``outcome`` was written; ``status`` is the row's status now."""
 
+    def finished_many(self, outcomes: Sequence[Outcome], status: str) -> None:
+        """``outcomes`` were written, and each row's status is ``status`` now: `finished`
+        for each, unless the listener takes them at once."""
+        for outcome in outcomes:
+            self.finished(outcome, status)
+
     def lease_lost(self, job: Job, why: str) -> None:
         """This worker's claim of ``job`` is gone: it writes nothing more for it."""
 
@@ -171,6 +177,10 @@ class Observers(Observer):
         for o in self.observers:
             o.finished(outcome, status)
 
+    def finished_many(self, outcomes: Sequence[Outcome], status: str) -> None:
+        for o in self.observers:
+            o.finished_many(outcomes, status)
+
     def lease_lost(self, job: Job, why: str) -> None:
         for o in self.observers:
             o.lease_lost(job, why)
@@ -235,6 +245,11 @@ class Counts(Observer):
     def finished(self, outcome: Outcome, status: str) -> None:
         self.by_kind[outcome.kind] += 1
 
+    def finished_many(self, outcomes: Sequence[Outcome], status: str) -> None:
+        by_kind = self.by_kind
+        for outcome in outcomes:
+            by_kind[outcome.kind] += 1
+
     def lease_lost(self, job: Job, why: str) -> None:
         self.lost += 1
 
@@ -278,6 +293,16 @@ class LogObserver(Observer):
             worker.lease,
             extra={"action": "worker_started", "worker": worker.id},
         )
+
+    def finished_many(self, outcomes: Sequence[Outcome], status: str) -> None:
+        if logger.isEnabledFor(DEBUG):
+            for outcome in outcomes:
+                self.finished(outcome, status)
+            return
+        done = Kind.DONE
+        for outcome in outcomes:
+            if outcome.kind is not done or outcome.unstored is not None:
+                self.finished(outcome, status)
 
     def finished(self, outcome: Outcome, status: str) -> None:
         kind, job = outcome.kind, outcome.job

@@ -36,9 +36,10 @@ CLAIM_DEADLINE = DEADLINE
 
 
 class Hold(Protocol):
-    """The dispatcher's `hold`: run a job just claimed (``first``: before those waiting)."""
+    """The dispatcher's `hold_many`: run jobs just claimed (``first``: before those
+    waiting)."""
 
-    def __call__(self, job: Job, sent: float, *, first: bool = ...) -> None: ...
+    def __call__(self, jobs: Sequence[Job], sent: float, *, first: bool = ...) -> None: ...
 
 
 class Producer:
@@ -212,15 +213,12 @@ class Producer:
         they wait behind no job held ahead)."""
         names = self.limited_names
         if names:
-            for job in reversed(jobs):
-                if job.task_name in names:
-                    self.hold(job, sent, first=True)
-            for job in jobs:
-                if job.task_name not in names:
-                    self.hold(job, sent)
-        else:
-            for job in jobs:
-                self.hold(job, sent)
+            limited = [job for job in jobs if job.task_name in names]
+            if limited:
+                self.hold(limited, sent, first=True)
+                jobs = [job for job in jobs if job.task_name not in names]
+        if jobs:
+            self.hold(jobs, sent)
 
     async def _claim(
         self, kept: KeptConnection, limit: int, limited: int

@@ -179,7 +179,7 @@ class Worker:
             slots=slots,
             wakeup=wakeup,
             poll_interval=settings.poll_interval,
-            hold=dispatcher.hold,
+            hold=dispatcher.hold_many,
             is_idle=lambda: not dispatcher.held,
             drain=settings.drain,
             observer=observer,

@@ -114,8 +114,15 @@ async def test_arguments_not_fitting_fail_before_any_connection(app: asyncq.App)
             await pair.defer(*args, **kwargs)
     with pytest.raises(TypeError):
         await pair.defer_many([{"a": 1}])
+    # One call of many that does not fit: the one missing a parameter, or naming one the
+    # function does not have, among calls that fit.
+    for odd in [{"a": 1}, {"a": 1, "b": 2, "c": 3}, {1: 1, "a": 1, "b": 2}]:
+        with pytest.raises(TypeError, match="pair"):
+            await pair.defer_many([{"a": 1, "b": 2}, odd, {"a": 3, "b": 4}])
     with pytest.raises(asyncq.AppNotOpen):
         await pair.defer(1, b=2)  # fits: now it needs the database
+    with pytest.raises(asyncq.AppNotOpen):
+        await pair.defer_many([{"a": 1, "b": 2}, MappingProxyType({"a": 3, "b": 4})])
 
 
 async def test_payload_cap_counts_utf8_bytes(app: asyncq.App) -> None:

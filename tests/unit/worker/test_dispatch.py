@@ -18,7 +18,7 @@ from asyncq.worker import dispatch
 from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import AttemptEnded, Observer
-from asyncq.worker.outcomes import Kind, Outcome, Stop
+from asyncq.worker.outcomes import Kind, Outcome, Stop, decide
 from asyncq.worker.slots import Slots
 from asyncq.worker.threads import Threads
 
@@ -89,6 +89,25 @@ class Harness:
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
+
+
+def test_an_attempt_that_returns_nothing_ends_in_the_outcome_decide_makes() -> None:
+    # The runner makes this outcome itself, field by field, for speed: it must be the one
+    # outcomes.decide makes, or the completer would write another kind, or lose a field.
+    async def main() -> None:
+        async def nothing() -> None:
+            return None
+
+        h = Harness(1, FakeTask("n", nothing))
+        h.dispatcher.start()
+        job_id = h.hold("n")
+        await h.until(lambda: job_id in h.outcomes)
+        outcome = h.outcomes[job_id]
+        job = h.dispatcher.held[job_id].job
+        assert outcome == decide(job, h.tasks["n"], duration=outcome.duration)
+        assert outcome.kind is Kind.DONE and outcome.result is None and outcome.duration > 0
+
+    run(main)
 
 
 def test_a_stop_sent_as_an_attempt_ends_reaches_that_attempt_not_the_next() -> None:
