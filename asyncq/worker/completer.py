@@ -230,13 +230,16 @@ class Completer:
 
     def _written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
         observer = self.observer
+        by_status: dict[str, list[Outcome]] = {}
         for outcome in batch:
             status = statuses.get(outcome.job.id)
             if status is None:
                 why = f"before its outcome ({outcome.kind.value}) was written"
                 observer.lease_lost(outcome.job, why)
             else:
-                observer.finished(outcome, status)
+                by_status.setdefault(status, []).append(outcome)
+        for status, outcomes in by_status.items():
+            observer.finished_many(outcomes, status)
         self.on_written([outcome.job for outcome in batch])
 
     async def _write_each(self, batch: list[Outcome], error: Exception) -> None:
