@@ -1,9 +1,11 @@
 """Where a drain's time goes: the worker's CPU, the rest of the machine's, WAL and commits.
 
-``python -m benchmarks.split --dsn DSN [--jobs 60000] [--rounds 3] [--asyncq 100,100]``
+``python -m benchmarks.split --dsn DSN [--jobs 60000] [--rounds 3] [--asyncq 100,100]
+[--baseline REF]``
 
-For asyncq at c=100 b=100 (``--asyncq C,B`` for another) and plain SQL at its best
-(10 coroutines, batches of 100, batched), in turns: pre-load the jobs, start one worker
+For asyncq at c=100 b=100 (``--asyncq C,B`` for another), asyncq as it was at the commit
+REF at the same point (with ``--baseline``), and plain SQL at its best (10 coroutines,
+batches of 100, batched), in turns: pre-load the jobs, start one worker
 process and time its drain as benchmarks/measure.py does, reading around the drain
 
 - the worker process's CPU time (``/proc/<pid>/stat``: user and system);
@@ -27,11 +29,13 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import measure
+from benchmarks import baseline, measure
 from benchmarks.common import ROOT, connect, drop_database, recreate_database, run_async, workers
 from benchmarks.systems import Point, System, load
 
@@ -168,7 +172,18 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
 
 async def main(args: argparse.Namespace) -> None:
     concurrency, batch = (int(n) for n in args.asyncq.split(","))
-    cases = (("asyncq", Point(concurrency, batch)), ("sql", SQL_BEST))
+    cases = [("asyncq", Point(concurrency, batch)), ("sql", SQL_BEST)]
+    if args.baseline:
+        with tempfile.TemporaryDirectory(prefix="asyncq-baseline-") as scratch:
+            package = baseline.extract(baseline.resolve(args.baseline), Path(scratch))
+            sys.path.append(str(package.parent))
+            cases.insert(1, ("baseline", Point(concurrency, batch)))
+            await measure_cases(args, cases)
+    else:
+        await measure_cases(args, cases)
+
+
+async def measure_cases(args: argparse.Namespace, cases: list[tuple[str, Point]]) -> None:
     systems: list[tuple[str, System, Point]] = []
     for name, point in cases:
         system = load(name).SYSTEM(await recreate_database(args.dsn, name))
@@ -181,7 +196,7 @@ async def main(args: argparse.Namespace) -> None:
             for name, system, point in systems if turn % 2 == 0 else systems[::-1]:
                 run = await drain(system, point, args.jobs, args.dsn)
                 runs[name].append(run)
-                print(f"  {name:6} {point.label:20} {_line(run)}", flush=True)
+                print(f"  {name:8} {point.label:20} {_line(run)}", flush=True)
     finally:
         for name, system, _ in systems:
             await system.close()
@@ -189,7 +204,11 @@ async def main(args: argparse.Namespace) -> None:
     print(f"\nmedians of {args.rounds} drains of {args.jobs:,} jobs:")
     for name, point in cases:
         median = {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
-        print(f"  {name:6} {point.label:20} {_line(median)}")
+        print(f"  {name:8} {point.label:20} {_line(median)}")
+    for name, _ in cases[1:]:
+        ratios = [a["rate"] / b["rate"] for a, b in zip(runs["asyncq"], runs[name], strict=True)]
+        listed = " ".join(f"{r:.2f}" for r in ratios)
+        print(f"asyncq / {name}: {statistics.median(ratios):.2f}x (rounds {listed})")
 
 
 def _line(run: dict[str, Any]) -> str:
@@ -210,6 +229,7 @@ def cli() -> None:
     parser.add_argument("--jobs", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--asyncq", default="100,100", help="asyncq's concurrency,batch size")
+    parser.add_argument("--baseline", help="also asyncq as it was at this commit, in turns")
     args = parser.parse_args()
     if not args.dsn:
         parser.error("--dsn (or $ASYNCQ_BENCH_DSN): a superuser on this machine's server")
