@@ -101,6 +101,7 @@ def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[s
     }
 
 
+_first = operator.itemgetter(0)
 # A claimed row made a Job by tuple's own __new__ (the named tuple's is Python code).
 _new_job = tuple.__new__
 
@@ -204,13 +205,13 @@ class Store:
         """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
         fields; ids in the order of the array."""
         if jobs.group_key is None and jobs.trace_context is None:
-            cur = await conn.execute(self.q["insert_jobs"], jobs._asdict())
+            cur = await conn.execute(self.q["insert_jobs"], jobs._asdict(), binary=True)
         else:
             query = self.q[
                 _ARRAY_INSERTS[jobs.group_key is not None, jobs.trace_context is not None]
             ]
-            cur = await conn.execute(query, {**jobs._asdict(), "unique_key": None})
-        return [int(row[0]) for row in await cur.fetchall()]
+            cur = await conn.execute(query, {**jobs._asdict(), "unique_key": None}, binary=True)
+        return list(map(_first, await cur.fetchall()))  # binary: ints as they are
 
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
         """Write jobs of any tasks and options in one statement; ids in the order given
