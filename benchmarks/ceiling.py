@@ -12,8 +12,8 @@ drains that the targets compare run one right after another, in a rotated order,
 and each round's ratios (asyncq's one and two processes against plain SQL's one) are
 reported with their median. Then ``defer_many`` of 1,000 jobs and plain SQL's bulk
 INSERT of 1,000 (``INSERT ... SELECT ... FROM jsonb_array_elements``, on a connection
-of its own to asyncq's database) take turns in blocks of calls, as the ``defer`` target's
-plain INSERT does.
+of its own to asyncq's database, its JSON array encoded in each call) take turns in blocks
+of calls, as the ``defer`` target's plain INSERT does.
 """
 
 from __future__ import annotations
@@ -89,9 +89,11 @@ async def bulk_in_turns(asyncq: Any, chunk: int) -> dict[str, Any]:
     """``defer_many`` of ``chunk`` jobs and plain SQL's bulk INSERT of as many, in blocks
     of calls taking turns (their order shuffled in each turn); jobs/s of each."""
     conn = await connect(asyncq.dsn)
-    args = json.dumps([{}] * chunk)
 
     async def bulk_insert() -> None:
+        # The arguments encoded in each call, as `defer_many` encodes its own (and as
+        # plain SQL's bulk enqueue does in the enqueue part).
+        args = json.dumps([{}] * chunk)
         await (await conn.execute(INSERT_MANY, (NOOP, args))).fetchall()
 
     async def defer_many() -> None:
