@@ -173,13 +173,11 @@ async def drain(system: System, point: Point, jobs: int, admin: str) -> dict[str
 async def main(args: argparse.Namespace) -> None:
     concurrency, batch = (int(n) for n in args.asyncq.split(","))
     cases = [("asyncq", Point(concurrency, batch)), ("sql", SQL_BEST)]
-    if args.baseline:
-        with tempfile.TemporaryDirectory(prefix="asyncq-baseline-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="asyncq-baseline-") as scratch:
+        if args.baseline:
             package = baseline.extract(baseline.resolve(args.baseline), Path(scratch))
             sys.path.append(str(package.parent))
             cases.insert(1, ("baseline", Point(concurrency, batch)))
-            await measure_cases(args, cases)
-    else:
         await measure_cases(args, cases)
 
 

@@ -30,14 +30,11 @@ from asyncq.pools import KeptConnection
 from asyncq.store import Conn, Store
 from asyncq.transient import is_transient
 from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import Kind, Outcome
+from asyncq.worker.outcomes import DONE, Kind, Outcome
 from asyncq.worker.services import retrying
 from asyncq.worker.settings import FREE_HANDBACKS
 
 MAX_BATCH = 1000
-# Kind.DONE, looked up once: Python 3.11's Enum classes find members through a
-# __getattr__ of their metaclass, slow for a look-up made for every job.
-_DONE = Kind.DONE
 # What `_find_written` looks for, by the kind of outcome (see written_by_claims).
 _WRITTEN_MARKS = {
     Kind.DONE: "done",
@@ -79,7 +76,7 @@ class Completer:
         self.claim_coming: Callable[[], bool] = lambda: False
 
     def submit(self, outcome: Outcome) -> None:
-        if outcome.kind is _DONE and outcome.result is None:
+        if outcome.kind is DONE and outcome.result is None:
             self._plain.append(outcome)
         else:
             self._pending.append(outcome)

@@ -46,7 +46,7 @@ from asyncq.job import Job
 from asyncq.worker.executor import Executor, RunnableTask
 from asyncq.worker.handoff import Handoff
 from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import Kind, Outcome, Stop, decide
+from asyncq.worker.outcomes import DONE, Outcome, Stop, decide
 from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
 from asyncq.worker.slots import Slots
 from asyncq.worker.tick import Tick
@@ -54,10 +54,7 @@ from asyncq.worker.tick import Tick
 logger = logging.getLogger(__name__)
 
 # The outcome of nearly every attempt, done with nothing to store, is made by tuple's
-# own __new__ with every field in order (Outcome's is Python code), and its kind looked
-# up once (Python 3.11's Enum classes find their members through a __getattr__ of their
-# metaclass, ten times slower than a global name).
-DONE = Kind.DONE
+# own __new__ with every field in order (Outcome's is Python code).
 new_tuple = tuple.__new__
 
 

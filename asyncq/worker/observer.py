@@ -22,7 +22,7 @@ from datetime import datetime
 from logging import DEBUG
 
 from asyncq.job import Job
-from asyncq.worker.outcomes import Kind, Outcome, Stop
+from asyncq.worker.outcomes import DONE, Kind, Outcome, Stop
 
 logger = logging.getLogger("asyncq.worker")
 
@@ -295,14 +295,10 @@ class LogObserver(Observer):
         )
 
     def finished_many(self, outcomes: Sequence[Outcome], status: str) -> None:
-        if logger.isEnabledFor(DEBUG):
-            for outcome in outcomes:
-                self.finished(outcome, status)
-            return
-        done = Kind.DONE
+        if not logger.isEnabledFor(DEBUG):  # only what `finished` would log
+            outcomes = [o for o in outcomes if o.kind is not DONE or o.unstored is not None]
         for outcome in outcomes:
-            if outcome.kind is not done or outcome.unstored is not None:
-                self.finished(outcome, status)
+            self.finished(outcome, status)
 
     def finished(self, outcome: Outcome, status: str) -> None:
         kind, job = outcome.kind, outcome.job
