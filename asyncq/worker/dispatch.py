@@ -23,7 +23,8 @@ blocks the loop (the timer fires late) and work handed to a thread
 (``asyncio.to_thread``: the attempt is cancelled, the thread runs on).
 
 While short attempts run, the tick (`asyncq.worker.tick`) wakes the loop every half
-millisecond, so that the tasks' own timers fire on time.
+millisecond (on uvloop, just after each millisecond), so that the tasks' own timers fire
+on time.
 
 Shutdown (`stop`): running attempts get the grace period to end; the rest are stopped
 and handed back; an attempt that does not end within `STOP_DEADLINE` of that (a task

@@ -1,6 +1,6 @@
-"""The tick: a timer that wakes the worker's event loop every `PERIOD` while short
-attempts run, so that their own timers (``asyncio.sleep``, a timeout) fire close to when
-they fall due.
+"""The tick: a timer that wakes the worker's event loop every `PERIOD` (on uvloop, just
+after each millisecond) while short attempts run, so that their own timers
+(``asyncio.sleep``, a timeout) fire close to when they fall due.
 
 Why: an event loop waits for its next timer with a timeout in whole milliseconds,
 counted from a clock it read at the start of its turn (uvloop keeps that clock in whole
@@ -17,6 +17,12 @@ runs in a thread); the first tick that finds no attempt running, or attempts no 
 short, disarms it. Only timers gain: a job that waits on a socket is woken by the
 socket, tick or not.
 
+On uvloop, whose timers fall due on the millisecond of the system's monotonic clock, the
+tick comes `AFTER` each millisecond, every millisecond: a timer runs as soon as it is
+due, with half the wake-ups. (Not where libuv reads the kernel's coarse clock instead,
+which steps at the kernel's own ticks, out of step with the millisecond: there, and on
+asyncio's loop, whose timers fall due at any moment, the tick comes every `PERIOD`.)
+
 A Linux ``timerfd``, read on the loop (``loop.add_reader``). Where there is none (not
 Linux, or a loop without ``add_reader``), there is no tick, and timers are as late as
 their loop makes them.
@@ -29,12 +35,17 @@ import ctypes
 import functools
 import os
 import sys
+import time
 
 from asyncq.worker.slots import Slots
 
 PERIOD = 0.0005  # seconds between ticks while armed
+MILLISECOND = 0.001  # the same on a loop whose timers fall due on the millisecond
+AFTER = 0.00002  # seconds after the millisecond: the loop's clock has reached it by then
 SHORT = 0.02  # attempts this long on average, or longer, are not ticked for
-_CLOCK_MONOTONIC = 1
+_CLOCK_MONOTONIC = 1  # the clock of time.monotonic() and of libuv's
+_CLOCK_MONOTONIC_COARSE = 6
+_TFD_TIMER_ABSTIME = 1
 
 
 class _Timespec(ctypes.Structure):
@@ -58,10 +69,25 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "timerfd_create") else None
 
 
+def _timespec(nanoseconds: int) -> _Timespec:
+    return _Timespec(*divmod(nanoseconds, 1_000_000_000))
+
+
 def _spec(seconds: float) -> _Itimerspec:
-    whole, nanoseconds = divmod(round(seconds * 1e9), 1_000_000_000)
-    every = _Timespec(whole, nanoseconds)
+    every = _timespec(round(seconds * 1e9))
     return _Itimerspec(every, every)
+
+
+def _on_the_millisecond(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s timers fall due on the millisecond of CLOCK_MONOTONIC: uvloop's,
+    unless libuv reads CLOCK_MONOTONIC_COARSE (it does where that steps at least every
+    millisecond)."""
+    if type(loop).__module__.partition(".")[0] != "uvloop":
+        return False
+    try:
+        return time.clock_getres(_CLOCK_MONOTONIC_COARSE) > 0.001
+    except OSError:  # no coarse clock: libuv reads CLOCK_MONOTONIC
+        return True
 
 
 class Tick:
@@ -73,6 +99,8 @@ class Tick:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed = _spec(PERIOD)
         self._disarmed = _spec(0.0)
+        self._millisecond = round(MILLISECOND * 1e9)
+        self._on_the_millisecond = False
 
     def start(self) -> None:
         """Make the timer, disarmed, on the running loop; nothing where it cannot be."""
@@ -89,13 +117,20 @@ class Tick:
             os.close(fd)
             return
         self._fd, self._libc, self._loop = fd, libc, loop
+        self._on_the_millisecond = _on_the_millisecond(loop)
         self.resting = True
 
     def arm(self) -> None:
         """An attempt starts: tick while attempts run, if they are short."""
         average = self.slots.average
         if average is None or average < SHORT:
-            self._set(self._armed)
+            if self._on_the_millisecond:
+                every = self._millisecond
+                first = (time.monotonic_ns() // every + 1) * every + round(AFTER * 1e9)
+                spec = _Itimerspec(_timespec(every), _timespec(first))
+                self._set(spec, _TFD_TIMER_ABSTIME)
+            else:
+                self._set(self._armed)
             self.resting = False
 
     def _ticked(self) -> None:
@@ -109,9 +144,9 @@ class Tick:
             self._set(self._disarmed)
             self.resting = True
 
-    def _set(self, spec: _Itimerspec) -> None:
+    def _set(self, spec: _Itimerspec, flags: int = 0) -> None:
         assert self._libc is not None
-        if self._libc.timerfd_settime(self._fd, 0, ctypes.byref(spec), None) < 0:
+        if self._libc.timerfd_settime(self._fd, flags, ctypes.byref(spec), None) < 0:
             self.close()  # not to be: the timers go back to their loop's own precision
 
     def close(self) -> None:
