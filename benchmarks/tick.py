@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import resource
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import baseline
+from benchmarks.common import ROOT
 
 SLEEP = 0.005
 
@@ -43,11 +45,9 @@ async def drain(concurrency: int, sleeps: int, work: float, package: str | None)
     """One drain on the running loop, with ``package``'s tick armed (None: no tick)."""
     tick = None
     if package is not None:
-        slots_module = __import__(f"{package}.worker.slots", fromlist=["Slots"])
-        tick_module = __import__(f"{package}.worker.tick", fromlist=["Tick"])
-        slots = slots_module.Slots(concurrency)
+        slots = importlib.import_module(f"{package}.worker.slots").Slots(concurrency)
         slots.take(1)  # an attempt runs: the tick stays armed
-        tick = tick_module.Tick(slots)
+        tick = importlib.import_module(f"{package}.worker.tick").Tick(slots)
         tick.start()
         tick.arm()
     durations: list[float] = []
@@ -70,7 +70,7 @@ async def drain(concurrency: int, sleeps: int, work: float, package: str | None)
     durations.sort()
     count = len(durations)
     return {
-        "of_ideal": count / seconds / (concurrency / SLEEP),
+        "of_ideal": count / seconds / (concurrency / SLEEP) * 100,
         "mean_ms": sum(durations) / count * 1e3,
         "p90_ms": durations[count * 9 // 10] * 1e3,
         "cpu_us": cpu / count * 1e6,
@@ -88,7 +88,7 @@ def child(args: argparse.Namespace) -> None:
 def run_case(package: str, path: str, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.tick", "--child", "--package", package]
     command += ["--c", str(concurrency), "--sleeps", str(args.sleeps), "--spin", str(args.spin)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(Path.cwd())) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT)) if p))
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -115,7 +115,7 @@ def main(args: argparse.Namespace) -> None:
                     ("p90_ms", " ms"),
                     ("cpu_us", " µs"),
                 ):
-                    values = [r[key] * (100 if unit == "%" else 1) for r in runs]
+                    values = [r[key] for r in runs]
                     cells.append(
                         f"{key} {statistics.median(values):.3f}{unit}"
                         f" ({min(values):.3f}-{max(values):.3f})"

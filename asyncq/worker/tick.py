@@ -46,6 +46,8 @@ SHORT = 0.02  # attempts this long on average, or longer, are not ticked for
 _CLOCK_MONOTONIC = 1  # the clock of time.monotonic() and of libuv's
 _CLOCK_MONOTONIC_COARSE = 6
 _TFD_TIMER_ABSTIME = 1
+_MILLISECOND_NS = round(MILLISECOND * 1e9)
+_AFTER_NS = round(AFTER * 1e9)
 
 
 class _Timespec(ctypes.Structure):
@@ -99,7 +101,7 @@ class Tick:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed = _spec(PERIOD)
         self._disarmed = _spec(0.0)
-        self._millisecond = round(MILLISECOND * 1e9)
+        self._every_millisecond = _Timespec(0, _MILLISECOND_NS)
         self._on_the_millisecond = False
 
     def start(self) -> None:
@@ -125,9 +127,8 @@ class Tick:
         average = self.slots.average
         if average is None or average < SHORT:
             if self._on_the_millisecond:
-                every = self._millisecond
-                first = (time.monotonic_ns() // every + 1) * every + round(AFTER * 1e9)
-                spec = _Itimerspec(_timespec(every), _timespec(first))
+                first = (time.monotonic_ns() // _MILLISECOND_NS + 1) * _MILLISECOND_NS + _AFTER_NS
+                spec = _Itimerspec(self._every_millisecond, _timespec(first))
                 self._set(spec, _TFD_TIMER_ABSTIME)
             else:
                 self._set(self._armed)
