@@ -1,12 +1,15 @@
 """Instructions per job, counted by callgrind: numbers the machine's noise does not move.
 
     python -m benchmarks.instructions [--baseline REF] [--jobs 3000] [--points 10x10,100x100]
+                                      [--task noop|suspend] [--worker-only]
 
 Two counts per version of asyncq (the working tree's, and REF's with ``--baseline``):
 
 - **worker**: a worker process (``App.run_worker(drain=True)``, a no-op task) run under
   ``valgrind --tool=callgrind`` draining ``--jobs`` jobs, less the same process draining
   none, divided by the jobs: the worker's own CPU per job, at each concurrency x batch.
+  ``--task suspend``: a task that suspends once (``await asyncio.sleep(0)``), as one that
+  waits for anything does, instead of the no-op.
 - **server**: a PostgreSQL of its own (the ``postgres`` binaries of ``pg_config``, a
   temporary data directory) run under callgrind, and one connection driving the claim and
   ``mark_done`` of that version's store, batch after batch: the instructions of that one
@@ -54,14 +57,22 @@ class Version:
 # -- what runs under callgrind ------------------------------------------------------------
 
 
-def _app(package: str, dsn: str) -> Any:
+def _app(package: str, dsn: str, task: str = "noop") -> Any:
     import importlib
 
     app = importlib.import_module(package).App(dsn, application_name="asyncq-instructions")
 
-    @app.task(name=NOOP)
-    async def noop() -> None:
-        return None
+    if task == "suspend":
+
+        @app.task(name=NOOP)
+        async def suspend() -> None:
+            await asyncio.sleep(0)
+
+    else:
+
+        @app.task(name=NOOP)
+        async def noop() -> None:
+            return None
 
     return app
 
@@ -78,8 +89,8 @@ async def _fill(package: str, dsn: str, jobs: int) -> None:
             await conn.execute("VACUUM ANALYZE asyncq_jobs")
 
 
-async def _drain(package: str, dsn: str, concurrency: int, batch: int) -> None:
-    app = _app(package, dsn)
+async def _drain(package: str, dsn: str, concurrency: int, batch: int, task: str) -> None:
+    app = _app(package, dsn, task)
     async with app:
         await app.run_worker(concurrency=concurrency, batch_size=batch, drain=True)
 
@@ -104,7 +115,7 @@ def _child(argv: list[str]) -> None:
     if what == "fill":
         asyncio.run(_fill(package, dsn, int(rest[0])))
     elif what == "drain":
-        asyncio.run(_drain(package, dsn, int(rest[0]), int(rest[1])))
+        asyncio.run(_drain(package, dsn, int(rest[0]), int(rest[1]), rest[2]))
     else:
         asyncio.run(_cycle(package, dsn, int(rest[0]), rest[1]))
 
@@ -130,13 +141,13 @@ def _total(out: Path) -> int:
 
 
 def worker_per_job(
-    version: Version, dsn: str, jobs: int, concurrency: int, batch: int, tmp: Path
+    version: Version, dsn: str, jobs: int, concurrency: int, batch: int, task: str, tmp: Path
 ) -> float:
     totals = []
     for count in (0, jobs):
         _python("fill", version, dsn, count, valgrind=None)
         out = tmp / f"worker-{os.getpid()}-{count}.out"
-        _python("drain", version, dsn, concurrency, batch, valgrind=out)
+        _python("drain", version, dsn, concurrency, batch, task, valgrind=out)
         totals.append(_total(out))
     return (totals[1] - totals[0]) / jobs
 
@@ -208,6 +219,12 @@ def main() -> None:
     parser.add_argument("--baseline", help="a commit to count beside the working tree")
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--points", default="10x10,100x100", help="concurrency x batch, ...")
+    parser.add_argument(
+        "--task", choices=("noop", "suspend"), default="noop", help="what each job does"
+    )
+    parser.add_argument(
+        "--worker-only", action="store_true", help="count the worker, not the server"
+    )
     args = parser.parse_args()
     for tool in ("valgrind", "pg_config"):
         if shutil.which(tool) is None:
@@ -226,20 +243,23 @@ def main() -> None:
             dsns = [asyncio.run(recreate_database(server.dsn, f"ins_{i}")) for i in range(2)]
         finally:
             server.stop(running)
-        print(f"instructions per job ({args.jobs} no-op jobs, less none)")
+        what = "no-op" if args.task == "noop" else "suspending"
+        print(f"instructions per job ({args.jobs} {what} jobs, less none)")
         for version, dsn in zip(versions, dsns, strict=False):
             for concurrency, batch in points:
                 running = server.start(counted=False)
                 try:
-                    worker = worker_per_job(version, dsn, args.jobs, concurrency, batch, tmp)
+                    worker = worker_per_job(
+                        version, dsn, args.jobs, concurrency, batch, args.task, tmp
+                    )
                 finally:
                     server.stop(running)
-                on_server = server.per_job(version, dsn, args.jobs, batch)
-                print(
-                    f"{version.title:>22}  c={concurrency:<3} b={batch:<3}  worker {worker:9,.0f}"
-                    f"  server {on_server:9,.0f}  sum {worker + on_server:9,.0f}",
-                    flush=True,
-                )
+                point = f"c={concurrency:<3} b={batch:<3}"
+                line = f"{version.title:>22}  {point}  worker {worker:9,.0f}"
+                if not args.worker_only:
+                    on_server = server.per_job(version, dsn, args.jobs, batch)
+                    line += f"  server {on_server:9,.0f}  sum {worker + on_server:9,.0f}"
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -53,14 +53,20 @@ class Executor:
 
     async def run(self, job: Job, task: RunnableTask | None) -> Any:
         """Run ``job`` with ``task`` (None: unknown here) to its end; returns its result."""
-        if task is None or task.blocking or self.middleware:
-            return await self._run_wrapped(job, task)
-        # The path of nearly every attempt: a coroutine function, no middleware.
         token = running_job.set((job, self.worker, None))
         try:
-            return await task.call_stored(codec.decode(job.args))
+            return await self.attempt(job, task)
         finally:
             running_job.reset(token)
+
+    def attempt(self, job: Job, task: RunnableTask | None) -> Awaitable[Any]:
+        """What runs ``job``'s attempt, for a caller that awaits it with `running_job` set
+        to ``(job, worker, None)`` (as `run` does). On the path of nearly every attempt (a
+        coroutine function, no middleware) it is the task's own coroutine, with no frame
+        of the executor's around it to resume each time the task does."""
+        if task is None or task.blocking or self.middleware:
+            return self._run_wrapped(job, task)
+        return task.call_stored(codec.decode(job.args))
 
     async def _run_wrapped(self, job: Job, task: RunnableTask | None) -> Any:
         stop = threading.Event() if task is not None and task.blocking else None
