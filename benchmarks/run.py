@@ -97,7 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--ceiling-rounds",
         type=int,
-        help="rounds of the ceiling part: asyncq and plain SQL back to back (default: 5; quick: 1)",
+        help="rounds of the ceiling part: asyncq and plain SQL back to back (default: 11;"
+        " quick: 1)",
+    )
+    parser.add_argument(
+        "--ceiling-jobs",
+        type=int,
+        help="jobs per drain of the ceiling part (default: 50,000; quick: as --jobs)",
     )
     parser.add_argument("--jobs", type=int, help="jobs per drain (default: 20,000; quick: 5,000)")
     parser.add_argument("--latency-jobs", type=int, help="pickup samples (default: 200; quick: 50)")
@@ -128,8 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
-    args.ceiling_rounds = args.ceiling_rounds or (1 if quick else 5)
+    args.ceiling_rounds = args.ceiling_rounds or (1 if quick else 11)
     args.jobs = args.jobs or (5_000 if quick else 20_000)
+    args.ceiling_jobs = args.ceiling_jobs or (args.jobs if quick else 50_000)
     args.latency_jobs = args.latency_jobs or (50 if quick else 200)
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
     names = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -178,7 +185,7 @@ def sizes(args: argparse.Namespace) -> measure.Sizes:
 def scaling(name: str, quick: bool) -> list[Point]:
     counts = (2,) if quick else (2, 4)
     if name in ("asyncq", "baseline"):
-        return [Point(100, 100, processes=n) for n in counts]
+        return [Point(100, 100, processes=n, variant="claims=1") for n in counts]
     if name == "sql":
         return [Point(10, 100, processes=n, variant="batched") for n in counts]
     return []
@@ -484,7 +491,7 @@ class Runner:
                     by_name["asyncq"],
                     by_name["sql"],
                     rounds=args.ceiling_rounds,
-                    jobs=args.jobs,
+                    jobs=args.ceiling_jobs,
                     bulk_chunk=args.bulk_chunk,
                     log_dir=self.log_dir,
                     analyze=args.analyze,

@@ -274,3 +274,57 @@ async def test_cancelling_the_worker_hands_back_its_running_jobs(app: asyncq.App
         (job_id,),
     ).fetchone()
     assert row == ("queued", 0, 1, True)
+
+
+SLOW_CLAIMS = """
+CREATE FUNCTION asyncq_test_slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('asyncq_test.slowed', true) IS DISTINCT FROM 'yes' THEN
+        PERFORM set_config('asyncq_test.slowed', 'yes', true);
+        PERFORM pg_sleep(0.3);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER asyncq_test_slow_claim BEFORE UPDATE ON asyncq_jobs FOR EACH ROW
+    WHEN (OLD.status = 'queued' AND NEW.status = 'running')
+    EXECUTE FUNCTION asyncq_test_slow_claim();
+"""
+
+
+@pytest.mark.parametrize(("claims", "expected"), [(None, 2), (1, 1), (3, 3)])
+async def test_claims_out_at_once_are_as_many_as_asked(
+    app: asyncq.App, db: Any, claims: int | None, expected: int
+) -> None:
+    """Each claim is slowed by a trigger (0.3 s once per transaction), and the worker's
+    sessions asleep in it are counted while it drains: as many at once as ``claims``
+    (by default two, its slots holding two batches)."""
+
+    @app.task
+    async def noop(n: int) -> None:
+        pass
+
+    await noop.defer_many([{"n": n} for n in range(300)])
+    db.execute(SLOW_CLAIMS)
+    peak = 0
+    options: dict[str, Any] = {"concurrency": 100, "batch_size": 10, "prefetch": 0}
+    if claims is not None:
+        options["claims"] = claims
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: app.run_worker(drain=True, handle_signals=False, **options))
+                for _ in range(100):  # 2 s: about six claims per loop
+                    row = db.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                        " AND application_name LIKE %s",
+                        (f"{app.application_name}:%:worker",),
+                    ).fetchone()
+                    peak = max(peak, row[0])
+                    await anyio.sleep(0.02)
+                tg.cancel_scope.cancel()
+    finally:
+        db.execute(
+            "DROP TRIGGER asyncq_test_slow_claim ON asyncq_jobs;"
+            " DROP FUNCTION asyncq_test_slow_claim()"
+        )
+    assert peak == expected
