@@ -620,9 +620,7 @@ class App:
         Options (defaults and bounds in `asyncq.worker.settings.WorkerSettings`, the same
         as ``asyncq worker``'s): ``concurrency`` (10), ``threads`` (the concurrency: for
         plain ``def`` tasks), ``prefetch`` (200: the most jobs claimed ahead while jobs are
-        short), ``batch_size`` (the concurrency plus the prefetch, at most 100), ``claims``
-        (claims out at once: 2 when the slots with the prefetch hold two batches, else 1;
-        1 for several workers sharing a host's cores with PostgreSQL), ``lease``
+        short), ``batch_size`` (the concurrency plus the prefetch, at most 100), ``lease``
         (30 s), ``grace`` (20 s), ``poll_interval`` (1 s), ``drain``,
         ``handle_signals`` (True), and, advanced, ``listener_health_interval`` (10 s: the
         LISTEN connection checks its health after that long without a notification) and

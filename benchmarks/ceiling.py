@@ -6,14 +6,13 @@ taken that far apart can land anywhere from 0.65x to 0.87x of the same code. Her
 drains that the targets compare run one right after another, in a rotated order, for
 ``--ceiling-rounds`` rounds:
 
-- asyncq at c=100 b=100: one process; two with one claim out at once each (the best
-  configuration of two processes on two cores shared with the server); two with two
-  claims each, their default;
+- asyncq at c=100 b=100, one process and two;
 - plain SQL's best configuration (10 coroutines, batches of 100, batched completion);
 
 and each round's ratios (asyncq's one and two processes against plain SQL's one) are
-reported with their median. Drains of ``--ceiling-jobs`` (50,000): of 20,000, a drain
-lasted under half a second, and the ratios of five rounds spread from 0.7x to 1.4x.
+reported with their median. The drains are of ``--ceiling-jobs`` (50,000), over 11
+rounds: with five rounds of 20,000 (under half a second each), the median of the same
+code's two-process ratio ranged from 0.80x to 1.01x from one run to the next.
 Then ``defer_many`` of 1,000 jobs and plain SQL's bulk INSERT of 1,000 (``INSERT ...
 SELECT ... FROM jsonb_array_elements``, on a connection of its own to asyncq's database,
 its JSON array encoded in each call) take turns in blocks of calls, as the ``defer``
@@ -36,10 +35,7 @@ from benchmarks.systems import Point, System, time_calls
 from benchmarks.systems.sql_system import INSERT_MANY, NOOP
 
 ASYNCQ_ONE = Point(100, 100)
-# Two processes with one claim each: on two cores shared with the server, two claims out at
-# once in all, as one process makes (benchmarks/README.md, "Two processes").
-ASYNCQ_TWO = Point(100, 100, processes=2, variant="claims=1")
-ASYNCQ_TWO_DEFAULT = Point(100, 100, processes=2)
+ASYNCQ_TWO = Point(100, 100, processes=2)
 SQL_BEST = Point(10, 100, variant="batched")
 BULK_BLOCKS = 5
 BULK_CALLS = 20  # calls per block
@@ -59,7 +55,6 @@ async def run(
     drains = [
         ("asyncq", asyncq, ASYNCQ_ONE),
         ("asyncq x2", asyncq, ASYNCQ_TWO),
-        ("asyncq x2 2 claims", asyncq, ASYNCQ_TWO_DEFAULT),
         ("sql", sql, SQL_BEST),
     ]
     rows: list[dict[str, float]] = []
@@ -71,16 +66,14 @@ async def run(
             if not run.get("ok"):
                 raise RuntimeError(f"{key} {point.label}: {run.get('error', 'not ok')}")
             row[key] = run["rate"]
-            say(f"  ceiling {turn + 1}: {key:18} {point.label:33} {run['rate']:>9,.0f} jobs/s")
+            say(f"  ceiling {turn + 1}: {key:9} {point.label:24} {run['rate']:>9,.0f} jobs/s")
         rows.append(row)
     one = [r["asyncq"] / r["sql"] for r in rows]
     two = [r["asyncq x2"] / r["sql"] for r in rows]
-    two_default = [r["asyncq x2 2 claims"] / r["sql"] for r in rows]
     bulk = await bulk_in_turns(asyncq, bulk_chunk)
     say(
         f"  ceiling: one process {statistics.median(one):.2f}x plain SQL,"
-        f" two {statistics.median(two):.2f}x"
-        f" (two claims each {statistics.median(two_default):.2f}x);"
+        f" two {statistics.median(two):.2f}x;"
         f" defer_many {bulk['defer_many']:,.0f}/s, bulk INSERT {bulk['bulk_insert']:,.0f}/s"
     )
     return {
@@ -89,10 +82,8 @@ async def run(
         "rounds": rows,
         "one_vs_sql": one,
         "two_vs_sql": two,
-        "two_default_vs_sql": two_default,
         "one_vs_sql_median": statistics.median(one),
         "two_vs_sql_median": statistics.median(two),
-        "two_default_vs_sql_median": statistics.median(two_default),
         "bulk": bulk,
     }
 

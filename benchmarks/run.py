@@ -185,7 +185,7 @@ def sizes(args: argparse.Namespace) -> measure.Sizes:
 def scaling(name: str, quick: bool) -> list[Point]:
     counts = (2,) if quick else (2, 4)
     if name in ("asyncq", "baseline"):
-        return [Point(100, 100, processes=n, variant="claims=1") for n in counts]
+        return [Point(100, 100, processes=n) for n in counts]
     if name == "sql":
         return [Point(10, 100, processes=n, variant="batched") for n in counts]
     return []

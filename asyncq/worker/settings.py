@@ -106,10 +106,6 @@ def _batch_size(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
 
-def _claims(value: Any, name: str) -> int | None:
-    return None if value is None else _int(1, 8)(value, name)
-
-
 def _threads(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 10_000)(value, name)
 
@@ -168,15 +164,6 @@ class WorkerSettings:
         metavar="N",
         help="most jobs claimed beyond the concurrency while jobs are short, to wait for a"
         " free slot: as many as the worker runs in 20 ms (0: never)",
-    )
-    claims: int | None = option(
-        None,
-        _claims,
-        "--claims",
-        metavar="N",
-        help="claims out at once, each on a connection of its own (default: 2 when the"
-        " concurrency plus the prefetch hold two batches, else 1; 1 when several workers"
-        " share the cores of one host with PostgreSQL)",
     )
     lease: float = option(
         30.0,
@@ -263,7 +250,6 @@ class WorkerOptions(TypedDict, total=False):
     threads: int | None
     batch_size: int | None
     prefetch: int
-    claims: int | None
     lease: float
     grace: float
     poll_interval: float

@@ -387,10 +387,7 @@ class Worker:
 
 
 def claim_loops(settings: WorkerSettings) -> int:
-    """As many claims out at once as asked; else two when the slots, with the jobs held
-    ahead, hold two batches."""
-    if settings.claims is not None:
-        return settings.claims
+    """Two claims in flight when the slots, with the jobs held ahead, hold two batches."""
     room = settings.concurrency + settings.prefetch
     return 2 if room >= 2 * settings.batch else 1
 

@@ -172,8 +172,7 @@ SYSTEM = AsyncqSystem
 
 async def serve(package: str, options: WorkerOptions, ready: Ready) -> None:
     """Run a worker of ``package``'s App; say which code it runs (``CODE <file>`` on stdout).
-    In the variant ``result`` its no-op task returns a small dict; in ``claims=N`` it runs
-    N claims at once."""
+    In the variant ``result`` its no-op task returns a small dict."""
     returns = SMALL_RESULT if options.variant == "result" else None
     app = make_app(options.dsn, package, returns=returns)
     print(f"CODE {code_of(app)}", flush=True)
@@ -187,16 +186,7 @@ async def serve(package: str, options: WorkerOptions, ready: Ready) -> None:
             concurrency=options.concurrency,
             batch_size=options.batch or None,
             drain=options.mode == "drain",
-            **claims_in(options.variant),
         )
-
-
-def claims_in(variant: str) -> dict[str, int]:
-    """``run_worker``'s claims when the variant asks (``claims=N``), else none given: its
-    default, and nothing an asyncq from before the option would refuse."""
-    if variant.startswith("claims="):
-        return {"claims": int(variant.removeprefix("claims="))}
-    return {}
 
 
 async def work(options: WorkerOptions, ready: Ready) -> None:

@@ -1,5 +1,5 @@
-"""When a worker runs two claim loops: as many as its `claims`; by default, two when its
-slots, with the jobs held ahead, hold two batches."""
+"""When a worker runs two claim loops: its slots, with the jobs held ahead, hold two
+batches."""
 
 from __future__ import annotations
 
@@ -25,10 +25,4 @@ from asyncq.worker.supervisor import claim_loops
 )
 def test_claim_loops(concurrency: int, batch_size: int | None, prefetch: int, loops: int) -> None:
     settings = WorkerSettings(concurrency=concurrency, batch_size=batch_size, prefetch=prefetch)
-    assert claim_loops(settings) == loops
-
-
-@pytest.mark.parametrize(("claims", "loops"), [(1, 1), (2, 2), (3, 3)])
-def test_claims_asked_for_are_the_claim_loops(claims: int, loops: int) -> None:
-    settings = WorkerSettings(concurrency=10, batch_size=None, prefetch=200, claims=claims)
     assert claim_loops(settings) == loops
