@@ -21,7 +21,9 @@ Systems (``--only``):
 - ``sleep``: the sleeps alone, no queue (benchmarks/sleep_loop.py): c coroutines on
   uvloop each sleeping its share of the jobs in turn, timed from a line written to its
   process to the line it answers when done. Timer wake-ups run late, the more so as more
-  coroutines share the loop: this is the ceiling of any queue's drain on the machine.
+  coroutines share the loop. ``sleep tick``: the same, with the loop woken as asyncq's
+  worker wakes it while short jobs run (asyncq.worker.tick), so that the timers fire on
+  time: the ceiling of asyncq's drain on the machine, with no queue's work beside it.
 
 Jobs per drain: ``--jobs-per-slot`` (625; quick 125) times the concurrency, so that each
 drain lasts about as long at every concurrency (5,000 jobs at c=8, 3.1 s at the ideal
@@ -64,7 +66,7 @@ ROWS = {
     "baseline": ("",),  # benchmarks.run --baseline: asyncq at another commit
     "arq": ("", "poll=10ms"),
     "redis": ("",),
-    "sleep": ("",),
+    "sleep": ("", "tick"),
 }
 ASYNCQ_ROWS = ("asyncq", "baseline")  # run_worker, at this tree or at --baseline's commit
 REQUIRES = {"arq": ("arq", "redis"), "redis": ("redis",)}
@@ -129,8 +131,11 @@ async def open_system(name: str, options: Options) -> System:
     return system
 
 
-async def sleep_alone(concurrency: int, jobs: int, work_ms: float) -> dict[str, Any]:
-    """The drain of ``jobs`` sleeps of ``work_ms`` by ``concurrency`` coroutines, no queue."""
+async def sleep_alone(
+    concurrency: int, jobs: int, work_ms: float, *, tick: bool = False
+) -> dict[str, Any]:
+    """The drain of ``jobs`` sleeps of ``work_ms`` by ``concurrency`` coroutines, no queue
+    (``tick``: the loop woken as asyncq's worker wakes it)."""
     per_slot = jobs // concurrency
     jobs = per_slot * concurrency
     proc = await asyncio.create_subprocess_exec(
@@ -140,6 +145,7 @@ async def sleep_alone(concurrency: int, jobs: int, work_ms: float) -> dict[str, 
         str(concurrency),
         str(per_slot),
         f"{work_ms:g}",
+        *(["tick"] if tick else []),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         cwd=ROOT,
@@ -197,7 +203,9 @@ async def run(
                     where = f"{row_name(name, variant)} c={concurrency}"
                     try:
                         if name == "sleep":
-                            result = await sleep_alone(concurrency, jobs, options.work_ms)
+                            result = await sleep_alone(
+                                concurrency, jobs, options.work_ms, tick=variant == "tick"
+                            )
                         else:
                             system = systems[name]
                             point = point_of(name, variant, concurrency)
@@ -294,6 +302,9 @@ def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, An
         sleep = medians.get(("sleep", "", row["concurrency"]))
         if row["system"] in ASYNCQ_ROWS and sleep:
             row["vs_sleep"] = row["median_rate"] / sleep
+        ticked = medians.get(("sleep", "tick", row["concurrency"]))
+        if row["system"] in ASYNCQ_ROWS and ticked:
+            row["vs_sleep_tick"] = row["median_rate"] / ticked
     return out
 
 
@@ -319,6 +330,7 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
             "ideal",
             "vs Redis loop",
             "vs sleep alone",
+            "vs sleep tick",
         ],
         [
             [
@@ -331,12 +343,14 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
                 f"{r['ideal']:,.0f}",
                 f"{r['vs_redis']:.2f}x" if "vs_redis" in r else "",
                 f"{r['vs_sleep']:.2f}x" if "vs_sleep" in r else "",
+                f"{r['vs_sleep_tick']:.2f}x" if "vs_sleep_tick" in r else "",
             ]
             for r in rows
         ],
     )
     parts = [head, table]
-    sleeps = {r["concurrency"]: r for r in rows if r["system"] == "sleep"}
+    sleeps = {r["concurrency"]: r for r in rows if (r["system"], r["variant"]) == ("sleep", "")}
+    ticked = {r["concurrency"]: r for r in rows if (r["system"], r["variant"]) == ("sleep", "tick")}
     targets = []
     for r in rows:
         if r["system"] != "asyncq":
@@ -347,6 +361,8 @@ def render(shape: dict[str, Any], *, durability: bool = True) -> str:
         versus = f", {r['vs_redis']:.2f}x the Redis loop" if "vs_redis" in r else ""
         sleep = sleeps.get(r["concurrency"])
         alone = f"; the sleeps alone: {sleep['of_ideal']:.1%} of ideal" if sleep else ""
+        tick = ticked.get(r["concurrency"])
+        alone += f", with the tick: {tick['of_ideal']:.1%}" if tick else ""
         targets.append(
             f"  c={r['concurrency']}: {r['of_ideal']:.1%} of ideal{versus}"
             f" (target: >= 95% and ahead of the Redis loop): {verdict}{alone}"
@@ -378,7 +394,8 @@ def chart(shape: dict[str, Any], path: Path) -> str | None:
         ("arq", ""): ("tab:red", "x", "arq, default poll 0.5 s"),
         ("arq", "poll=10ms"): ("tab:red", "X", "arq, poll 10 ms"),
         ("redis", ""): ("tab:gray", "s", "bare Redis LMOVE loop"),
-        ("sleep", ""): ("black", "_", "the sleeps alone, no queue (the ceiling)"),
+        ("sleep", ""): ("black", "_", "the sleeps alone, no queue"),
+        ("sleep", "tick"): ("black", "^", "the sleeps alone, with asyncq's tick (the ceiling)"),
     }
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for key, (color, marker, label) in styles.items():
