@@ -394,7 +394,7 @@ def chart(shape: dict[str, Any], path: Path) -> str | None:
         ("arq", ""): ("tab:red", "x", "arq, default poll 0.5 s"),
         ("arq", "poll=10ms"): ("tab:red", "X", "arq, poll 10 ms"),
         ("redis", ""): ("tab:gray", "s", "bare Redis LMOVE loop"),
-        ("sleep", ""): ("black", "_", "the sleeps alone, no queue"),
+        ("sleep", ""): ("darkgray", "_", "the sleeps alone, no queue"),
         ("sleep", "tick"): ("black", "^", "the sleeps alone, with asyncq's tick (the ceiling)"),
     }
     fig, ax = plt.subplots(figsize=(7.5, 5))
