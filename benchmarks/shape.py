@@ -299,12 +299,10 @@ def summarise(runs: list[dict[str, Any]], options: Options) -> list[dict[str, An
         redis = medians.get(("redis", "", row["concurrency"]))
         if row["system"] == "asyncq" and redis:
             row["vs_redis"] = row["median_rate"] / redis
-        sleep = medians.get(("sleep", "", row["concurrency"]))
-        if row["system"] in ASYNCQ_ROWS and sleep:
-            row["vs_sleep"] = row["median_rate"] / sleep
-        ticked = medians.get(("sleep", "tick", row["concurrency"]))
-        if row["system"] in ASYNCQ_ROWS and ticked:
-            row["vs_sleep_tick"] = row["median_rate"] / ticked
+        for variant, key in (("", "vs_sleep"), ("tick", "vs_sleep_tick")):
+            sleep = medians.get(("sleep", variant, row["concurrency"]))
+            if row["system"] in ASYNCQ_ROWS and sleep:
+                row[key] = row["median_rate"] / sleep
     return out
 
 
