@@ -81,15 +81,18 @@ def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[s
     """The parameters every write after the claim is fenced on: this worker, each job's
     id and the claim it holds it by; ``columns`` hold a value for each job.
 
-    All of them in the order of the ids (jobs end in any order): the statement then
-    locks its rows in that order, as a cancel locks its own, and the two do not wait for
-    each other in a cycle (a deadlock, which costs the loser a second and a retry). A
-    transaction of several such statements (a batch of outcomes of several kinds) locks
-    statement by statement, and can still meet a cancel in one: both sides retry it."""
+    All of them in the order of the ids (jobs end in any order), and of the claims where
+    an id comes twice (a job claimed again here while its earlier outcome waited): the
+    statement then locks its rows in that order, as a cancel locks its own, and the two
+    do not wait for each other in a cycle (a deadlock, which costs the loser a second and
+    a retry). A transaction of several such statements (a batch of outcomes of several
+    kinds) locks statement by statement, and can still meet a cancel in one: both sides
+    retry it. The writes of done outcomes and the heartbeat find each id's place in the
+    arrays by a binary search, which needs that order (mark_done in queries.sql)."""
     ids = [j.id for j in jobs]
     claims = [j.claim for j in jobs]
-    if any(map(operator.gt, ids, itertools.islice(ids, 1, None))):
-        order = sorted(range(len(ids)), key=ids.__getitem__)
+    if any(map(operator.ge, ids, itertools.islice(ids, 1, None))):
+        order = sorted(range(len(ids)), key=lambda i: (ids[i], claims[i]))
         ids = [ids[i] for i in order]
         claims = [claims[i] for i in order]
         columns = {name: [values[i] for i in order] for name, values in columns.items()}
