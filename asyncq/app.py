@@ -619,7 +619,7 @@ class App:
 
         Options (defaults and bounds in `asyncq.worker.settings.WorkerSettings`, the same
         as ``asyncq worker``'s): ``concurrency`` (10), ``threads`` (the concurrency: for
-        plain ``def`` tasks), ``prefetch`` (200: the most jobs claimed ahead while jobs are
+        plain ``def`` tasks), ``prefetch`` (400: the most jobs claimed ahead while jobs are
         short), ``batch_size`` (the concurrency plus the prefetch, at most 100), ``lease``
         (30 s), ``grace`` (20 s), ``poll_interval`` (1 s), ``drain``,
         ``handle_signals`` (True), and, advanced, ``listener_health_interval`` (10 s: the

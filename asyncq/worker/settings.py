@@ -158,7 +158,7 @@ class WorkerSettings:
         " at most 100)",
     )
     prefetch: int = option(
-        200,
+        400,
         _int(0, 10_000),
         "--prefetch",
         metavar="N",

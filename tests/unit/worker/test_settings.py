@@ -24,7 +24,7 @@ def test_the_defaults() -> None:
         20.0,
         1.0,
     )
-    assert (s.prefetch, s.threads) == (200, 10)
+    assert (s.prefetch, s.threads) == (400, 10)
     assert WorkerSettings(concurrency=500).batch == 100
     # Without claiming ahead, a claim takes no more than can run.
     assert WorkerSettings(concurrency=20, prefetch=0).batch == 20
