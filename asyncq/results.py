@@ -34,6 +34,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -254,16 +255,17 @@ class Results:
     async def _notified(self, conn: psycopg.AsyncConnection[Any]) -> None:
         waiters = self._waiters
         while True:
-            async for notify in conn.notifies(timeout=self.health_interval):
-                if not waiters:
-                    continue
-                for part in notify.payload.split(","):
-                    try:
-                        job_id = int(part)
-                    except ValueError:
+            async with aclosing(conn.notifies(timeout=self.health_interval)) as notifies:
+                async for notify in notifies:  # closed on the way out: it holds a lock
+                    if not waiters:
                         continue
-                    if job_id in waiters:
-                        self._due_a_look(job_id, "notified")
+                    for part in notify.payload.split(","):
+                        try:
+                            job_id = int(part)
+                        except ValueError:
+                            continue
+                        if job_id in waiters:
+                            self._due_a_look(job_id, "notified")
             with anyio.fail_after(self.health_timeout):  # a health check, and a renewal
                 await self.store.results_listening(conn, listener=self.name)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -103,20 +104,23 @@ class Listener:
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         queues, wakeup, due = self.queues, self.wakeup, self.due
         while True:
-            async for notify in conn.notifies(timeout=self.health_interval):
-                if notify.payload.startswith(ABORT):
-                    job_id, _, claim = notify.payload[1:].partition(":")
-                    if job_id.isdigit() and claim.isdigit():
-                        self.abort(int(job_id), int(claim))
-                    continue
-                queue, later, ms = notify.payload.partition(DUE)
-                if queues is not None and queue not in queues:
-                    continue
-                if later:
-                    due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
-                else:
-                    wakeup.set()
-                    await asyncio.sleep(0)  # let the claim loop claim before we wait again
+            # Closed on the way out: left suspended by a cancel in the loop's body, the
+            # generator would hold the connection's lock, and closing it would wait.
+            async with aclosing(conn.notifies(timeout=self.health_interval)) as notifies:
+                async for notify in notifies:
+                    if notify.payload.startswith(ABORT):
+                        job_id, _, claim = notify.payload[1:].partition(":")
+                        if job_id.isdigit() and claim.isdigit():
+                            self.abort(int(job_id), int(claim))
+                        continue
+                    queue, later, ms = notify.payload.partition(DUE)
+                    if queues is not None and queue not in queues:
+                        continue
+                    if later:
+                        due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                    else:
+                        wakeup.set()
+                        await asyncio.sleep(0)  # let the claim loop claim before we wait
             if due.overflowed and not due.pending:
                 due.overflowed = False
                 await self._catch_up(conn)
