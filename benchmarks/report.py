@@ -237,8 +237,8 @@ def targets(summary: dict[str, Any], results: dict[str, Any]) -> list[dict[str, 
         if a.get(SAME_ROW_LABEL):
             versus("INSERT of the same row", a[SAME_ROW_LABEL], target=False)
         if "sql" in enq:  # timed in another phase: it follows the disk's flushes' drift
-            in_turns = bool(a.get(PLAIN_INSERT_LABEL))
-            versus("plain SQL system's INSERT", enq["sql"].get("one_by_one"), target=not in_turns)
+            reference = enq["sql"].get("one_by_one")
+            versus("plain SQL system's INSERT", reference, target=not a.get(PLAIN_INSERT_LABEL))
         r = _ratio(a.get("concurrent"), a.get("one_by_one"))
         add(
             "defer from 50 coroutines vs one-by-one",
