@@ -421,7 +421,8 @@ class Store:
 
     async def prune_done(self, conn: Conn, *, retention: timedelta, limit: int) -> int:
         cur = await conn.execute(self.q["prune_done"], {"retention": retention, "limit": limit})
-        return cur.rowcount
+        row = await cur.fetchone()
+        return int(row[0]) if row is not None else 0
 
     async def worker_facts(self, conn: Conn) -> WorkerFacts | None:
         """Where the jobs table is, and the server's encoding; None when there is no jobs

@@ -3,8 +3,11 @@
 -- Writes after the claim are fenced: they touch a row only while it is still
 -- running as the same attempt, claimed by the same worker.
 --
--- Every statement that can end a job (done, failed, cancelled) announces the ids it
--- ended on the results channel, for `App.result`'s waiters, with one more CTE:
+-- The statements a worker repeats (the claims, every write after the claim, the rescuer's
+-- and the pruner's) call functions of the schema (migrations 0009, 0012 and 0013), whose
+-- plans are the index plans whatever the statistics of the table were when a session
+-- first ran them. Every one that can end a job (done, failed, cancelled) announces the
+-- ids it ended on the results channel, for `App.result`'s waiters, with one more CTE:
 --     WITH ended AS (UPDATE ... RETURNING j.id, j.status), announced AS (
 --         SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
 --                FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
@@ -34,8 +37,7 @@ VALUES (%(task_name)s, %(queue)s, %(args)s::jsonb, %(priority)s,
 RETURNING id
 
 -- name: live_job_with_key
-SELECT id FROM asyncq_jobs
- WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running')
+SELECT * FROM asyncq_live_job_with_key(%(unique_key)s::text)
 
 -- name: insert_jobs
 -- The jobs' arguments come as one JSON array: one value to send and to parse.
@@ -108,7 +110,8 @@ RETURNING id
 
 -- name: claim_any
 -- The plain claim of a worker, in any queue: migration 0009 holds it (a function, so
--- that it runs on a generic plan), and says how it works.
+-- that it runs on a generic plan), and says how it works; migration 0013 pins its plans
+-- to the ready indexes, and claims some queues queue by queue.
 SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval, NULL)
 
 -- name: claim_queues
@@ -123,20 +126,11 @@ SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval
 -- The two touch disjoint rows (running ones are written done, queued ones claimed), and
 -- commit or fail together: a claim that fails leaves those jobs running, to be written
 -- again. The first column is how many of them were written (NULL the rest when nothing
--- was claimed: the one row then says only that).
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'done', finished_at = now(), expires_at = NULL
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.claims = (%(claims)s::bigint[])[width_bucket(j.id, %(ids)s::bigint[])]
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
-    HAVING EXISTS (SELECT FROM asyncq_result_listeners
-                    WHERE seen_at > now() - interval '1 minute')
-), written AS (
-    SELECT count(*) AS written FROM ended LEFT JOIN announced ON true
+-- was claimed: the one row then says only that). The claim runs after the writes: it is
+-- the inner side of the join, which a join ON true can only loop over.
+WITH written AS (
+    SELECT count(*) AS written
+      FROM asyncq_mark_done(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 )
 SELECT w.written, c.*
   FROM written w
@@ -170,51 +164,22 @@ SELECT c.*, (SELECT j.trace_context::text FROM asyncq_jobs j WHERE j.id = c.job_
 
 -- name: mark_done
 -- Jobs whose tasks returned nothing to store: the path of nearly every job, with no
--- result column to write. The announcement runs only while an App waits for results
--- (the HAVING): a call of asyncq_notify_ids costs more than the update of ten rows.
--- Each row is found by "id = ANY" (a look-up in the primary key, whatever the planner
--- guesses) and its claim read at its id's place in the arrays: the ids come sorted, by
--- claim where an id comes twice, and width_bucket finds that place by a binary search
--- (the last of an id's places: its latest claim, the only one that can still hold it).
--- Not a join to unnest(ids, claims): an UPDATE copies each row of a joined function
--- into a new tuple, and where the statistics saw no running row (a small table, say)
--- the planner scanned the table and rescanned the arrays for each running row, a cost
--- that grew with the square of the batch (per job at b=100, the server's instructions
--- for a claim and this write: 214.6k -> 145.1k in a table of 3,000 rows; 150.6k ->
--- 147.5k in one of 50,000, where the join's plan was the look-up).
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'done', finished_at = now(), expires_at = NULL
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.claims = (%(claims)s::bigint[])[width_bucket(j.id, %(ids)s::bigint[])]
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
-    HAVING EXISTS (SELECT FROM asyncq_result_listeners
-                    WHERE seen_at > now() - interval '1 minute')
-)
-SELECT id FROM ended LEFT JOIN announced ON true
+-- result column to write (migration 0013 holds the function, as it does every write
+-- after the claim). Each row is found by "id = ANY" (a look-up in the primary key) and
+-- its claim read at its id's place in the arrays: the ids come sorted, by claim where an
+-- id comes twice, and width_bucket finds that place by a binary search (the last of an
+-- id's places: its latest claim, the only one that can still hold it). Not a join to
+-- unnest(ids, claims): an UPDATE copies each row of a joined function into a new tuple
+-- (per job at b=100, the server's instructions for a claim and this write: 214.6k ->
+-- 145.1k in a table of 3,000 rows).
+SELECT * FROM asyncq_mark_done(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 
 -- name: mark_done_results
 -- A result is JSON text, or NULL (the task returned None, or its result is not stored).
 -- The results travel in binary (%(results)b): as a text-format array each JSON string
 -- would be quoted and escaped by the driver, which cost more than the statement itself.
--- Rows found, and their values read, as in mark_done.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'done', finished_at = now(), expires_at = NULL,
-           result = ((%(results)b::text[])[width_bucket(j.id, %(ids)s::bigint[])])::jsonb
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.claims = (%(claims)s::bigint[])[width_bucket(j.id, %(ids)s::bigint[])]
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM ended
-    HAVING EXISTS (SELECT FROM asyncq_result_listeners
-                    WHERE seen_at > now() - interval '1 minute')
-)
-SELECT id FROM ended LEFT JOIN announced ON true
+SELECT * FROM asyncq_mark_done_results(%(worker)s::text, %(ids)s::bigint[],
+                                       %(claims)s::bigint[], %(results)b::text[])
 
 -- name: written_by_claims
 -- Of the outcomes the fence refused, those written already by these very claims: a write
@@ -223,138 +188,42 @@ SELECT id FROM ended LEFT JOIN announced ON true
 -- attempt counted) each kind of outcome tells apart from its own: a done row; a failed
 -- attempt's error; a snoozed attempt not counted; a cancel's own message; a hand-back's
 -- attempt not counted, or its HandedBack. Returns the status each one left.
-SELECT j.id, j.status::text
-  FROM asyncq_jobs AS j
-  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(kinds)s::text[],
-              %(errors)s::text[], %(attempts)s::int[]) AS f(id, claim, kind, error, attempt)
-    ON j.id = f.id AND j.claims = f.claim
- WHERE j.locked_by = %(worker)s AND j.status <> 'running'
-   AND CASE f.kind
-         WHEN 'done' THEN j.status = 'done'
-         WHEN 'failed' THEN j.status <> 'done' AND j.last_error = f.error
-         WHEN 'snoozed' THEN j.status IN ('queued', 'cancelled') AND j.attempts = f.attempt - 1
-         WHEN 'cancelled' THEN j.status = 'cancelled'
-                               AND j.last_error LIKE 'Cancelled: %% was aborted by a cancel'
-         WHEN 'released' THEN j.status <> 'done'
-                              AND (j.attempts = f.attempt - 1 OR j.last_error LIKE 'HandedBack: %%')
-         ELSE false
-       END
+SELECT * FROM asyncq_written_by_claims(%(worker)s::text, %(ids)s::bigint[],
+                                       %(claims)s::bigint[], %(kinds)s::text[],
+                                       %(errors)s::text[], %(attempts)s::int[])
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up
 -- (or at once when give_up is set), or cancelled when a cancel came while it ran.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                         WHEN f.give_up OR j.attempts >= j.max_attempts THEN 'failed'
-                         ELSE 'queued' END::asyncq_job_status,
-           run_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
-                           OR j.abort_requested_at IS NOT NULL
-                         THEN j.run_at ELSE now() + make_interval(secs => f.retry_in) END,
-           finished_at = CASE WHEN f.give_up OR j.attempts >= j.max_attempts
-                                OR j.abort_requested_at IS NOT NULL THEN now() END,
-           last_error = f.error,
-           expires_at = NULL
-      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(retry_in)s::float8[],
-                  %(errors)s::text[], %(give_up)s::bool[]) AS f(id, claim, retry_in, error, give_up)
-     WHERE j.id = f.id AND j.claims = f.claim
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id, j.status
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
-           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
-)
-SELECT id, status::text FROM ended CROSS JOIN announced
+SELECT * FROM asyncq_mark_failed(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                 %(retry_in)s::float8[], %(errors)s::text[],
+                                 %(give_up)s::bool[])
 
 -- name: mark_snoozed
 -- The task asked to run again later: back to queued, the attempt not counted (cancelled,
 -- when a cancel came while it ran).
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                         ELSE 'queued' END::asyncq_job_status,
-           attempts = j.attempts - 1,
-           run_at = now() + make_interval(secs => f.after), expires_at = NULL,
-           finished_at = CASE WHEN j.abort_requested_at IS NOT NULL THEN now() END
-      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[], %(after)s::float8[])
-           AS f(id, claim, after)
-     WHERE j.id = f.id AND j.claims = f.claim
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id, j.status
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
-           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
-)
-SELECT id, status::text FROM ended CROSS JOIN announced
+SELECT * FROM asyncq_mark_snoozed(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                  %(after)s::float8[])
 
 -- name: mark_cancelled
 -- Attempts stopped by a cancel: the job ends cancelled, and is not retried.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'cancelled', finished_at = now(), expires_at = NULL,
-           last_error = format('Cancelled: attempt %%s of %%s was aborted by a cancel',
-                               j.attempts, j.max_attempts)
-      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
-     WHERE j.id = f.id AND j.claims = f.claim
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id, j.status
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
-           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
-)
-SELECT id, status::text FROM ended CROSS JOIN announced
+SELECT * FROM asyncq_mark_cancelled(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 
 -- name: release
 -- Hand unfinished jobs back at shutdown. The first hand-backs of a job do not count its
 -- attempt; after %(free)s of them each one does (a job longer than the grace period,
 -- stopped by every deploy, must not loop forever), and the last fails the job. A job a
 -- cancel asked to stop is cancelled instead.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                         WHEN j.handbacks >= %(free)s AND j.attempts >= j.max_attempts
-                         THEN 'failed' ELSE 'queued' END::asyncq_job_status,
-           attempts = CASE WHEN j.handbacks >= %(free)s THEN j.attempts ELSE j.attempts - 1 END,
-           handbacks = j.handbacks + 1,
-           run_at = now(), locked_at = NULL, expires_at = NULL,
-           finished_at = CASE WHEN (j.handbacks >= %(free)s AND j.attempts >= j.max_attempts)
-                                OR j.abort_requested_at IS NOT NULL THEN now() END,
-           last_error = CASE WHEN j.handbacks >= %(free)s
-                             THEN format('HandedBack: attempt %%s of %%s was stopped by a worker''s'
-                                         || ' shutdown before it ended; after %%s hand-backs that'
-                                         || ' did not count, each one counts',
-                                         j.attempts, j.max_attempts, %(free)s)
-                             ELSE j.last_error END
-      FROM unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
-     WHERE j.id = f.id AND j.claims = f.claim
-       AND j.status = 'running' AND j.locked_by = %(worker)s
-    RETURNING j.id, j.status
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
-           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
-)
-SELECT id, status::text FROM ended CROSS JOIN announced
+SELECT * FROM asyncq_release(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                             %(free)s::int)
 
 -- name: heartbeat
--- Rows found as in mark_done.
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now)
-UPDATE asyncq_jobs AS j
-   SET locked_at = clock.now, expires_at = clock.now + j.lease
-  FROM clock
- WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.claims = (%(claims)s::bigint[])[width_bucket(j.id, %(ids)s::bigint[])]
-   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id, j.abort_requested_at IS NOT NULL
+SELECT * FROM asyncq_heartbeat(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 
 -- name: aborts_requested
 -- The running attempts of this worker that a cancel asked to stop: what a worker without
 -- a LISTEN connection (App(listen=False)) reads every poll interval instead of being told.
-SELECT j.id, j.claims
-  FROM asyncq_jobs AS j
-  JOIN unnest(%(ids)s::bigint[], %(claims)s::bigint[]) AS f(id, claim)
-    ON j.id = f.id AND j.claims = f.claim
- WHERE j.status = 'running' AND j.locked_by = %(worker)s
-   AND j.abort_requested_at IS NOT NULL
+SELECT * FROM asyncq_aborts_requested(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 
 -- name: try_lock
 -- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
@@ -373,36 +242,10 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true)
 -- name: reap_expired
 -- Jobs whose worker stopped renewing the lease: the attempt counts. A job a cancel asked
 -- to stop is cancelled.
-WITH ended AS (
-    UPDATE asyncq_jobs AS j
-       SET status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
-                         WHEN j.attempts >= j.max_attempts THEN 'failed'
-                         ELSE 'queued' END::asyncq_job_status,
-           run_at = now(),
-           finished_at = CASE WHEN j.attempts >= j.max_attempts
-                                OR j.abort_requested_at IS NOT NULL THEN now() END,
-           last_error = format('LeaseExpired: worker %%s stopped renewing its lease during attempt %%s of %%s',
-                               j.locked_by, j.attempts, j.max_attempts),
-           expires_at = NULL
-      FROM (SELECT id FROM asyncq_jobs
-             WHERE status = 'running' AND expires_at < now()
-             ORDER BY expires_at
-             LIMIT %(limit)s
-               FOR NO KEY UPDATE SKIP LOCKED) AS expired
-     WHERE j.id = expired.id
-    RETURNING j.id, j.status
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
-           FILTER (WHERE status IN ('done', 'failed', 'cancelled'))) FROM ended
-)
-SELECT id, status::text FROM ended CROSS JOIN announced
+SELECT * FROM asyncq_reap_expired(%(limit)s::int)
 
 -- name: prune_done
-DELETE FROM asyncq_jobs
- WHERE id IN (SELECT id FROM asyncq_jobs
-               WHERE status = 'done' AND finished_at < now() - %(retention)s
-               ORDER BY finished_at
-               LIMIT %(limit)s)
+SELECT * FROM asyncq_prune_done(%(retention)s::interval, %(limit)s::int)
 
 -- name: has_ready_by_task
 SELECT EXISTS (SELECT FROM pg_indexes
@@ -719,38 +562,8 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, cla
 
 -- name: queue_overview
 -- Per queue: ready and scheduled jobs, the age of the oldest ready one, running, failed,
--- done in the last hour, and whether it is paused. Each count reads its state's index.
-WITH queued AS (
-    SELECT queue, count(*) FILTER (WHERE run_at <= now()) AS ready,
-           count(*) FILTER (WHERE run_at > now()) AS scheduled,
-           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
-               AS oldest
-      FROM asyncq_jobs WHERE status = 'queued' GROUP BY queue
-), running AS (
-    SELECT queue, count(*) AS running
-      FROM asyncq_jobs WHERE expires_at IS NOT NULL AND status = 'running' GROUP BY queue
-), failed AS (
-    SELECT queue, count(*) AS failed
-      FROM asyncq_jobs WHERE status IN ('failed', 'cancelled') AND status = 'failed'
-     GROUP BY queue
-), done AS (
-    SELECT queue, count(*) AS done
-      FROM asyncq_jobs WHERE status = 'done' AND finished_at > now() - interval '1 hour'
-     GROUP BY queue
-), names AS (
-    SELECT queue FROM queued UNION SELECT queue FROM running UNION SELECT queue FROM failed
-    UNION SELECT queue FROM done UNION SELECT name FROM asyncq_queues
-)
-SELECT n.queue, coalesce(q.ready, 0), coalesce(q.scheduled, 0), q.oldest,
-       coalesce(r.running, 0), coalesce(f.failed, 0), coalesce(d.done, 0),
-       p.paused_at IS NOT NULL
-  FROM names AS n
-  LEFT JOIN queued AS q ON q.queue = n.queue
-  LEFT JOIN running AS r ON r.queue = n.queue
-  LEFT JOIN failed AS f ON f.queue = n.queue
-  LEFT JOIN done AS d ON d.queue = n.queue
-  LEFT JOIN asyncq_queues AS p ON p.name = n.queue
- ORDER BY n.queue
+-- done in the last hour, and whether it is paused (migration 0013).
+SELECT * FROM asyncq_queue_overview()
 
 -- name: state_counts
 -- Every state but done, counted through its index (done rows are most of the table:
@@ -821,11 +634,7 @@ SELECT date_trunc('minute', finished_at), status::text, count(*)
 -- name: job_endings
 -- How each of these jobs ended (done, failed, cancelled); jobs still queued or running
 -- come back with their status alone, and unknown ids not at all.
-SELECT id, status::text,
-       CASE WHEN status = 'done' THEN result::text END,
-       CASE WHEN status <> 'done' THEN last_error END
-  FROM asyncq_jobs
- WHERE id = ANY(%(ids)s::bigint[])
+SELECT * FROM asyncq_job_endings(%(ids)s::bigint[])
 
 -- name: results_channel
 -- The channel of news of finished jobs (migration 0003).

@@ -1,0 +1,313 @@
+"""The statements a worker repeats keep their index plans whatever the statistics of
+asyncq_jobs said when a session first planned them (migration 0013).
+
+A session keeps its plans: a function's for the session's life, a prepared statement's
+generic plan too. Planned while the table was empty (a new install, a quiet night after
+autovacuum), the claim was a sequential scan and a sort of every ready row, kept through
+the burst that followed. Here each function's statements are planned as the function
+plans them (its settings, its arguments and variables as parameters, a generic plan)
+under empty, tiny and skewed statistics, and the plans are read; then a session that
+first ran every function on the empty, analyzed table runs them on a burst of 100,000
+jobs, and reads a small part of the table each time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+# Each function of migrations 0013 with arguments to plan and run it with: the worker 'w'
+# holds jobs 1 to 10 by their first claim.
+IDS = "'{1,2,3,4,5,6,7,8,9,10}'::bigint[]"
+CLAIMS = "'{1,1,1,1,1,1,1,1,1,1}'::bigint[]"
+CALLS = {
+    "asyncq_claim": [
+        "'w', 10, '30 s', NULL",
+        "'w', 10, '30 s', '{default}'",
+        "'w', 10, '30 s', '{default,other}'",
+    ],
+    "asyncq_claim_limited": [
+        "'w', 10, '30 s', NULL, 1000, '{limited}', '{1}', '{NULL}', '{NULL}', '{NULL}', 10",
+        "'w', 10, '30 s', '{default}', 1000, '{limited}', '{1}', '{NULL}', '{NULL}', '{2}', 10",
+    ],
+    "asyncq_mark_done": [f"'w', {IDS}, {CLAIMS}"],
+    "asyncq_mark_done_results": [f"'w', {IDS}, {CLAIMS}, array_fill('1'::text, ARRAY[10])"],
+    "asyncq_mark_failed": [
+        f"'w', {IDS}, {CLAIMS}, array_fill(1.0::float8, ARRAY[10]),"
+        " array_fill('boom'::text, ARRAY[10]), array_fill(false, ARRAY[10])"
+    ],
+    "asyncq_mark_snoozed": [f"'w', {IDS}, {CLAIMS}, array_fill(1.0::float8, ARRAY[10])"],
+    "asyncq_mark_cancelled": [f"'w', {IDS}, {CLAIMS}"],
+    "asyncq_release": [f"'w', {IDS}, {CLAIMS}, 3"],
+    "asyncq_heartbeat": [f"'w', {IDS}, {CLAIMS}"],
+    "asyncq_aborts_requested": [f"'w', {IDS}, {CLAIMS}"],
+    "asyncq_written_by_claims": [
+        f"'w', {IDS}, {CLAIMS}, array_fill('done'::text, ARRAY[10]),"
+        " array_fill(NULL::text, ARRAY[10]), array_fill(1, ARRAY[10])"
+    ],
+    "asyncq_reap_expired": ["10"],
+    "asyncq_prune_done": ["'1 day', 10"],
+    "asyncq_job_endings": [IDS],
+    "asyncq_live_job_with_key": ["'k'"],
+    "asyncq_queue_overview": [""],
+}
+# The index `asyncq migrate` makes for an App with limits: the claim of limited tasks reads it.
+READY_BY_TASK = (
+    "CREATE INDEX IF NOT EXISTS asyncq_jobs_ready_by_task"
+    " ON asyncq_jobs (task_name, priority DESC, run_at, id) WHERE status = 'queued'"
+)
+
+
+def stats_empty(db: psycopg.Connection[Any]) -> None:
+    db.execute("VACUUM ANALYZE asyncq_jobs")
+
+
+def stats_tiny(db: psycopg.Connection[Any]) -> None:
+    db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 't' FROM generate_series(1, 10)")
+    db.execute("VACUUM ANALYZE asyncq_jobs")
+
+
+def stats_skewed(db: psycopg.Connection[Any]) -> None:
+    """A table of finished jobs, its few queued ones in a queue the claims do not ask for."""
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+        " SELECT 't', 'done', now() - interval '2 days' FROM generate_series(1, 30000)"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, queue)"
+        " SELECT 't', 'elsewhere' FROM generate_series(1, 100)"
+    )
+    db.execute("VACUUM ANALYZE asyncq_jobs")
+
+
+def stats_all_queued(db: psycopg.Connection[Any]) -> None:
+    """A small table analyzed while every job was queued: no running job in the statistics
+    (a join of the done writes to their arrays was planned as a scan of the table, with
+    the arrays read again for each running row)."""
+    db.execute("INSERT INTO asyncq_jobs (task_name) SELECT 't' FROM generate_series(1, 3000)")
+    db.execute("ANALYZE asyncq_jobs")
+
+
+STATES = {
+    "empty": stats_empty,
+    "tiny": stats_tiny,
+    "skewed": stats_skewed,
+    "all queued": stats_all_queued,
+}
+
+
+@pytest.fixture
+def ready_by_task(db: psycopg.Connection[Any]) -> Iterator[None]:
+    db.execute(READY_BY_TASK)
+    yield
+    db.execute("DROP INDEX asyncq_jobs_ready_by_task")
+
+
+def generic_plans(db: psycopg.Connection[Any], function: str, arguments: str) -> list[Any]:
+    """The plan of each RETURN QUERY statement of ``function`` as the function plans it:
+    its settings, a generic plan, its arguments and variables as parameters (the values
+    of ``arguments`` for its arguments, NULL for its variables), run and rolled back."""
+    row = db.execute(
+        "SELECT prosrc, proargnames, oidvectortypes(proargtypes), proconfig FROM pg_proc"
+        " WHERE proname = %s AND pronamespace = current_schema()::regnamespace"
+        " ORDER BY pronargs DESC LIMIT 1",  # the claim of limited tasks of 0007 has fewer
+        [function],
+    ).fetchone()
+    assert row is not None
+    source, names, types, settings = row
+    arguments_ = [name for name in names or [] if name.startswith("p_")]  # not the columns
+    parameters = list(zip(arguments_, (t.strip() for t in types.split(",")), strict=False))
+    declared = source.partition("DECLARE")[2].partition("BEGIN")[0] if "DECLARE" in source else ""
+    variables = re.findall(r"^\s*(v_\w+)\s+([\w\[\] ]+?)\s*(?::=.*)?;", declared, re.M)
+    parameters += variables
+    values = [v.strip() for v in split_arguments(arguments) if v.strip()]
+    values += [f"NULL::{type_}" for _, type_ in variables]
+    statements = re.findall(r"RETURN QUERY\s(.*?);[ \t]*$", source, re.S | re.M)
+    assert statements, f"{function} has no RETURN QUERY"
+    plans = []
+    with db.transaction(force_rollback=True):
+        for setting in settings:
+            key, _, value = setting.partition("=")
+            db.execute("SELECT set_config(%s, %s, true)", [key, value])
+        for number, statement in enumerate(statements):
+            for place, (name, _) in enumerate(parameters, 1):
+                statement = re.sub(rf"\b{name}\b", f"${place}", statement)
+            types_ = ", ".join(type_ for _, type_ in parameters)
+            typed = f"({types_})" if parameters else ""
+            given = f"({', '.join(values)})" if parameters else ""
+            db.execute(f"PREPARE plan_{number}{typed} AS {statement}")  # type: ignore[arg-type]
+            explained = db.execute(
+                # Run, in the transaction rolled back, with costs: jit says so only then.
+                f"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE plan_{number}{given}"  # type: ignore[arg-type]
+            ).fetchone()
+            db.execute(f"DEALLOCATE plan_{number}")  # type: ignore[arg-type]
+            assert explained is not None
+            plan = explained[0] if isinstance(explained[0], list) else json.loads(explained[0])
+            # A turned-off path costs 1e10 before PostgreSQL 18, past jit's threshold: with
+            # jit on, each call would compile its plan.
+            plans.append({**plan[0]["Plan"], "JIT": plan[0].get("JIT")})
+    return plans
+
+
+def split_arguments(arguments: str) -> list[str]:
+    """``arguments`` split at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for at, char in enumerate(arguments):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0 and arguments[:at].count("'") % 2 == 0:
+            parts.append(arguments[start:at])
+            start = at + 1
+    return [*parts, arguments[start:]]
+
+
+def nodes(
+    plan: dict[str, Any], limited: bool = False, *, inputs_only: bool = False
+) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Every node of a plan, each with whether a Limit above it stops it (an InitPlan or a
+    SubPlan runs on its own: a Limit above it does not stop it); ``inputs_only``: not
+    those, only what feeds the node."""
+    yield plan, limited
+    for child in plan.get("Plans", []):
+        own = child.get("Parent Relationship") in ("InitPlan", "SubPlan")
+        if own and inputs_only:
+            continue
+        stopped = False if own else limited or plan["Node Type"] == "Limit"
+        yield from nodes(child, stopped, inputs_only=inputs_only)
+
+
+# The indexes of the jobs of one state or a few: the queued, running and failed ones, never
+# the done rows that make up most of the table. A count of a state reads all of its index.
+STATE_INDEXES = {
+    "asyncq_jobs_ready",
+    "asyncq_jobs_ready_by_queue",
+    "asyncq_jobs_ready_by_task",
+    "asyncq_jobs_leases",
+    "asyncq_jobs_ended",
+}
+
+
+def faults(plan: dict[str, Any], *, counts: bool = False) -> list[str]:
+    """What a plan does that it must not. Each read of asyncq_jobs is bounded: by an index
+    condition, by a Limit over an ordered index scan, or by the running jobs (the index of
+    leases holds them only); a look-up by id is a look-up in the primary key; a sort sorts
+    only such bounded reads (or rows already read). With ``counts``, a statement that
+    counts jobs by state may read the whole index of a state (not the done rows)."""
+    found = ["compiled by jit"] if plan.get("JIT") else []
+    reads = []
+    for node, limited in nodes(plan):
+        if node.get("Relation Name") != "asyncq_jobs" or node["Node Type"] == "ModifyTable":
+            continue
+        if node["Node Type"] == "Bitmap Heap Scan":  # read through its bitmap index scans
+            bitmaps = [b for b, _ in nodes(node) if b["Node Type"] == "Bitmap Index Scan"]
+            reads += [({**b, "Filter": node.get("Filter", "")}, limited) for b in bitmaps]
+        else:
+            reads.append((node, limited))
+    for node, limited in reads:
+        index = node.get("Index Name")
+        conditions = " ".join(str(node.get(key, "")) for key in ("Index Cond", "Filter"))
+        if index is None:
+            found.append(f"{node['Node Type']} on asyncq_jobs")
+        elif (
+            "Index Cond" not in node
+            and not limited
+            and index != "asyncq_jobs_leases"
+            and not (counts and index in STATE_INDEXES)
+        ):
+            found.append(f"a scan of all of {index}")
+        elif re.search(r"\bid = ANY\b", conditions) and index != "asyncq_jobs_pkey":
+            found.append(f"a look-up by id in {index}: {conditions}")
+    for node, _ in nodes(plan):
+        if node["Node Type"] != "Sort":
+            continue
+        for below, limited in nodes(node, inputs_only=True):
+            read = below.get("Relation Name") == "asyncq_jobs"
+            if read and below["Node Type"] != "ModifyTable" and not limited:
+                found.append(f"a sort ({node['Sort Key']}) of rows read from asyncq_jobs")
+    return found
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_every_function_plans_bounded_index_reads_whatever_the_statistics(
+    db: psycopg.Connection[Any], ready_by_task: None, state: str
+) -> None:
+    STATES[state](db)
+    for function, calls in CALLS.items():
+        for arguments in calls:
+            for plan in generic_plans(db, function, arguments):
+                found = faults(plan, counts=function == "asyncq_queue_overview")
+                assert not found, (
+                    f"{function}({arguments}) on {state} statistics: {found}\n"
+                    + json.dumps(plan, indent=1)
+                )
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_the_claim_reads_the_index_of_its_queues(db: psycopg.Connection[Any], state: str) -> None:
+    """Any queue: the ready index, in order; one queue: that queue's; several: that
+    queue's for each (never the ready index filtered by queue, which reads every ready
+    job of the other queues ahead of theirs); queues paused or not."""
+    STATES[state](db)
+    for paused in (False, True):
+        if paused:
+            db.execute("INSERT INTO asyncq_queues (name, paused_at) VALUES ('other', now())")
+        plans = generic_plans(db, "asyncq_claim", CALLS["asyncq_claim"][0])
+        for plan in plans:
+            assert not faults(plan), f"paused: {paused}, {faults(plan)}"
+        any_queue, one, several = (
+            {node.get("Index Name") for node, _ in nodes(plan)} for plan in plans
+        )
+        assert "asyncq_jobs_ready" in any_queue, any_queue
+        for indexes in (one, several):
+            assert "asyncq_jobs_ready_by_queue" in indexes, indexes
+            assert "asyncq_jobs_ready" not in indexes, indexes
+
+
+def pages_read(conn: psycopg.Connection[Any], call: str) -> int:
+    """The pages of shared buffers a call reads, its function's statements included."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM {call}").fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def test_a_session_planned_on_the_empty_table_keeps_reading_indexes(
+    db: psycopg.Connection[Any], ready_by_task: None, dsn: str
+) -> None:
+    """Through a burst of 100,000 jobs, a session that ran everything first on the empty,
+    analyzed table (as a worker warms its claim when it starts) reads a small part of the
+    table's pages per call; a sequential scan reads them all."""
+    calls = [
+        f"{function}({arguments})"
+        for function, all_ in CALLS.items()
+        for arguments in all_
+        # It counts every queued job: its index reads are bounded by them, not by a claim.
+        if function != "asyncq_queue_overview"
+    ]
+    stats_empty(db)
+    with psycopg.connect(dsn, autocommit=True) as session:
+        for call in calls:
+            for _ in range(6):  # past the five custom plans of a prepared statement
+                session.execute(f"SELECT * FROM {call}")  # type: ignore[arg-type]
+        db.execute(
+            "INSERT INTO asyncq_jobs (id, task_name, status, locked_by, claims, attempts,"
+            " lease, locked_at, expires_at)"
+            " SELECT g, 't', 'running', 'w', 1, 1, '30 s', now(), now() + interval '30 s'"
+            " FROM generate_series(1, 10) AS g"
+        )
+        db.execute("SELECT setval(pg_get_serial_sequence('asyncq_jobs', 'id'), 10)")
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, queue)"
+            " SELECT 't', CASE WHEN g % 2 = 0 THEN 'default' ELSE 'other' END"
+            " FROM generate_series(1, 100000) AS g"
+        )
+        row = db.execute("SELECT pg_relation_size('asyncq_jobs') / 8192").fetchone()
+        assert row is not None
+        table_pages = int(row[0])
+        for call in calls:
+            pages = pages_read(session, call)
+            assert pages < table_pages / 4, f"{call} read {pages} pages of {table_pages}"
