@@ -223,7 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the web dashboard",
         description="Serve the web dashboard (extra asyncq[dashboard]): queues, jobs by"
         " state, a job's detail, throughput, and requeue / cancel / pause / resume. Binds to"
-        " localhost unless told otherwise; it has no login of its own.",
+        " localhost unless told otherwise. It answers to localhost, 127.0.0.1, [::1] and the"
+        " bound address (each on --port), and to each --allowed-host. Its login, from the"
+        " environment: ASYNCQ_DASHBOARD_USER and ASYNCQ_DASHBOARD_PASSWORD (HTTP Basic),"
+        " or ASYNCQ_DASHBOARD_TOKEN (Authorization: Bearer); needed beyond loopback.",
     )
     dashboard.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     dashboard.add_argument(
@@ -234,6 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dashboard.add_argument(
         "--read-only", action="store_true", help="show no actions and refuse them with 403"
+    )
+    dashboard.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer to this Host name, on any port (NAME) or one (NAME:PORT): the name"
+        " a proxy or another machine reaches the dashboard by (repeatable)",
+    )
+    dashboard.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve beyond loopback without a login (behind a proxy that has one)",
     )
     return parser
 
@@ -531,8 +547,18 @@ async def _dashboard(app: App, args: argparse.Namespace) -> None:
         raise CommandError(
             f"the dashboard needs its extra: pip install 'asyncq[dashboard]' ({exc})"
         ) from None
+    # Checked before the App opens: a refusal starts nothing.
+    hosts = serve.allowed_hosts(args.host, args.port, args.allowed_host)
+    login = serve.login_for(args.host, insecure_no_auth=args.insecure_no_auth, environ=os.environ)
     async with app:
-        await serve.serve(app, host=args.host, port=args.port, read_only=args.read_only)
+        await serve.serve(
+            app,
+            host=args.host,
+            port=args.port,
+            read_only=args.read_only,
+            hosts=hosts,
+            login=login,
+        )
 
 
 class _Refused(Exception):

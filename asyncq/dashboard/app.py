@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -21,6 +21,8 @@ from asyncq.app import App
 from asyncq.dashboard import chart, metrics
 from asyncq.dashboard.csrf import FIELD, Csrf
 from asyncq.dashboard.guard import Authorize, Guard
+from asyncq.dashboard.hosts import AllowedHosts
+from asyncq.dashboard.login import Login
 
 PAGE = 50
 MAX_PAGE = 1000
@@ -260,6 +262,7 @@ def create_app(
     read_only: bool = False,
     authorize: Authorize | None = None,
     secret: bytes | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Guard:
     """The dashboard of ``app`` as an ASGI app, to serve or to mount
     (``host.mount("/jobs", create_app(app, authorize=is_admin))``).
@@ -269,11 +272,38 @@ def create_app(
     decides who may see and act; a refusal is a 403 (it sees every request before the
     dashboard does: it must not read the body). ``read_only`` hides the actions
     and refuses them with 403. ``secret`` signs the CSRF tokens: give the same bytes to
-    every process behind one address (default: random per process)."""
-    dashboard = Dashboard(app, read_only=read_only, csrf=Csrf(secret))
+    every process behind one address (default: random per process).
+
+    ``allowed_hosts`` (``NAME`` for any port, or ``NAME:PORT``): the ``Host`` names the
+    dashboard answers to; any other is a 400, and an action must come from a page of one
+    of them (its ``Origin``, else its ``Referer``). Without it (mounted in a service,
+    whose own host check, Starlette's ``TrustedHostMiddleware`` say, comes first), every
+    ``Host`` is answered and an action must come from the request's own."""
+    if isinstance(allowed_hosts, str):
+        raise TypeError("allowed_hosts is a list of names, not one name")
+    return build(
+        app,
+        read_only=read_only,
+        authorize=authorize,
+        secret=secret,
+        hosts=None if allowed_hosts is None else AllowedHosts(allowed_hosts),
+    )
+
+
+def build(
+    app: App,
+    *,
+    read_only: bool,
+    authorize: Authorize | None,
+    secret: bytes | None,
+    hosts: AllowedHosts | None,
+    login: Login | None = None,
+) -> Guard:
+    """`create_app`, with ``asyncq dashboard``'s own login."""
+    dashboard = Dashboard(app, read_only=read_only, csrf=Csrf(secret, hosts))
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         BadRequest: _bad_request,
         ValueError: _bad_request,  # admin refused an argument (InvalidName is one)
     }
     starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
-    return Guard(starlette, authorize)
+    return Guard(starlette, authorize, hosts=hosts, login=login)

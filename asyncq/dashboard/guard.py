@@ -1,14 +1,20 @@
-"""What every response of the dashboard goes through: the host's own authorization, and
-headers that keep a browser from running or framing anything the page did not mean to."""
+"""What every request and response of the dashboard goes through: the check of the
+``Host`` it names (when it has a list of allowed hosts), its login (``asyncq dashboard``'s,
+when set), the host's own authorization, and headers that keep a browser from running or
+framing anything the page did not mean to."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from asyncq.dashboard.hosts import AllowedHosts
+from asyncq.dashboard.login import Login
 
 Authorize = Callable[[Request], bool | Awaitable[bool]]
 
@@ -25,15 +31,30 @@ HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 ]
+WRONG_HOST = (
+    "bad request: the dashboard does not answer to this Host name; to allow it, start it"
+    " with --allowed-host NAME (create_app(..., allowed_hosts=[...]) when mounted)\n"
+)
+NO_LOGIN = "unauthorized: the dashboard needs its login\n"
 
 
 class Guard:
-    """An ASGI middleware: refuses with 403 whom ``authorize`` refuses (when given), and
-    adds the security headers to every response."""
+    """An ASGI middleware: refuses with 400 a ``Host`` outside ``hosts`` (when given), with
+    401 a request without ``login`` (when given), with 403 whom ``authorize`` refuses
+    (when given), in that order; adds the security headers to every response."""
 
-    def __init__(self, app: ASGIApp, authorize: Authorize | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        authorize: Authorize | None,
+        *,
+        hosts: AllowedHosts | None = None,
+        login: Login | None = None,
+    ) -> None:
         self.app = app
         self.authorize = authorize
+        self.hosts = hosts
+        self.login = login
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -45,8 +66,18 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
-        if self.authorize is not None and not await self.allowed(Request(scope, receive)):
+        headers = Headers(scope=scope)
+        refusal = None
+        if self.hosts is not None and not self.hosts.allows(
+            headers.get("host", ""), scope["scheme"]
+        ):
+            refusal = PlainTextResponse(WRONG_HOST, status_code=400)
+        elif self.login is not None and not self.login.admits(headers.get("authorization")):
+            refusal = PlainTextResponse(NO_LOGIN, status_code=401)
+            refusal.raw_headers += self.login.challenges()
+        elif self.authorize is not None and not await self.allowed(Request(scope, receive)):
             refusal = PlainTextResponse("forbidden", status_code=403)
+        if refusal is not None:
             await refusal(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)

@@ -1,9 +1,12 @@
 """Fixtures for the dashboard's tests: an HTTP client on the dashboard of an open App
-(httpx's ASGI transport, no server), and jobs written straight into the table."""
+(httpx's ASGI transport, no server), ``asyncq dashboard`` processes, and jobs written
+straight into the table."""
 
 from __future__ import annotations
 
 import re
+import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +16,12 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.app import APP
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
 Job = Callable[..., int]
+Serve = Callable[..., str]
 BASE = "http://dash.test"
 
 
@@ -90,3 +95,51 @@ def workers(dsn: str, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
         yield started
     finally:
         started.kill_all()
+
+
+def dashboard_env(workers: Workers) -> dict[str, str]:
+    """The workers' environment without a dashboard login of the caller's own."""
+    env = workers.env()
+    for name in ("ASYNCQ_DASHBOARD_USER", "ASYNCQ_DASHBOARD_PASSWORD", "ASYNCQ_DASHBOARD_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve(workers: Workers, tmp_path: Path) -> Iterator[Serve]:
+    """``serve(*options, env=None)``: ``asyncq dashboard`` of the harness app as its own
+    process on a free port (``env`` added to its environment); returns its base URL
+    (127.0.0.1) once it answers. Every one is killed at the end."""
+    started: list[WorkerProcess] = []
+
+    def start(*options: str, env: dict[str, str] | None = None) -> str:
+        port = free_port()
+        args = [sys.executable, "-m", "asyncq", "dashboard", APP, "--port", str(port), *options]
+        log = tmp_path / f"dashboard-{len(started)}.log"
+        process = WorkerProcess(args, {**dashboard_env(workers), **(env or {})}, log)
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            if not process.alive:
+                raise AssertionError(f"the dashboard exited:\n{process.stderr()}")
+            try:
+                httpx.get(url + "/style.css", timeout=2)  # any answer, a 401 too
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_until(up, 30, "the dashboard to answer")
+        return url
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()

@@ -73,11 +73,11 @@ async def test_an_action_without_a_valid_token_is_refused_and_changes_nothing(
     for form in forged:
         refused = await client.post(f"/jobs/{failed}/requeue", data=form)
         assert refused.status_code == 403, form
-    # The right token from another site's page (the browser sends its Origin).
-    cross = await client.post(
-        f"/jobs/{failed}/requeue", data={"csrf": token}, headers={"origin": "http://evil.test"}
-    )
-    assert cross.status_code == 403
+    # The right token from another site's page (the browser sends its Origin, or at
+    # least its Referer).
+    for sent in ({"origin": "http://evil.test"}, {"referer": "http://evil.test/x"}):
+        cross = await client.post(f"/jobs/{failed}/requeue", data={"csrf": token}, headers=sent)
+        assert cross.status_code == 403, sent
     # The right token without the cookie it was signed for: a new visitor's browser.
     async with client_for(client._transport.app) as stranger:  # type: ignore[attr-defined]
         alone = await stranger.post(f"/jobs/{failed}/requeue", data={"csrf": token})

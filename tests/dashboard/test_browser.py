@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.dashboard.conftest import needs_the_extra
-from tests.harness.app import APP
+from tests.dashboard.conftest import Serve, needs_the_extra
 from tests.harness.jobs import insert_jobs, status_of
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import Workers, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -45,34 +41,10 @@ HOSTILE = SCRIPT + IMG
 pytestmark = pytest.mark.browser
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def dashboard(workers: Workers, tmp_path: Path) -> Iterator[str]:
+def dashboard(serve: Serve) -> str:
     """``asyncq dashboard`` as its own process on a free port; its base URL."""
-    port = free_port()
-    args = [sys.executable, "-m", "asyncq", "dashboard", APP, "--port", str(port)]
-    process = WorkerProcess(args, workers.env(), tmp_path / "dashboard.log")
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if not process.alive:
-            raise AssertionError(f"the dashboard exited:\n{process.stderr()}")
-        try:
-            with urllib.request.urlopen(url + "/style.css", timeout=2) as reply:
-                return bool(reply.status == 200)
-        except OSError:
-            return False
-
-    try:
-        wait_until(up, 30, "the dashboard to answer")
-        yield url
-    finally:
-        process.kill()
+    return serve()
 
 
 @pytest.fixture

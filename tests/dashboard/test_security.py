@@ -1,5 +1,7 @@
-"""Who may see the dashboard (the host's authorize hook), mounting it under a prefix,
-escaping of hostile values, and the headers every response carries."""
+"""Who may see the dashboard (the host's authorize hook), the Host names it answers to and
+the pages it takes actions from, mounting it under a prefix, escaping of hostile values,
+and the headers every response carries. (``asyncq dashboard`` itself, its login and its
+own list of names: test_served.py.)"""
 
 from __future__ import annotations
 
@@ -50,6 +52,89 @@ async def test_authorize_refuses_every_route_with_403(app: asyncq.App, job: Job)
         async with client_for(create_app(app, authorize=lambda r, v=verdict: v)) as client:
             assert (await client.get("/")).status_code == 403, verdict
     assert status_of_failed(app, failed) == "failed"
+
+
+async def test_allowed_hosts_answer_their_names_and_ports_and_nothing_else(
+    app: asyncq.App, job: Job
+) -> None:
+    from asyncq.dashboard import create_app
+
+    failed = job(status="failed", args='{"card": "4111 1111 1111 1111"}')
+    allowed = ["dash.test:8080", "[::1]:8080", "Jobs.Example.com"]
+    answered = [
+        "dash.test:8080",
+        "DASH.test:8080",
+        "[::1]:8080",
+        "jobs.example.com",
+        "jobs.example.com:8443",
+    ]
+    refused = [
+        "evil.example",
+        "evil.example:8080",
+        "dash.test",  # port 80
+        "dash.test:8081",
+        "[::1]",
+        "[::1]:8081",
+        "::1:8080",
+        "jobs.example.com.evil.example",
+        "evil.example@jobs.example.com",
+        "jobs.example.com:x",
+        "",
+    ]
+    async with client_for(create_app(app, allowed_hosts=allowed)) as client:
+        for host in answered:
+            page = await client.get(f"/jobs/{failed}", headers={"host": host})
+            assert page.status_code == 200 and "4111" in page.text, host
+        for host in refused:
+            refusal = await client.get(f"/jobs/{failed}", headers={"host": host})
+            assert refusal.status_code == 400, host
+            assert refusal.text.count("\n") == 1 and "--allowed-host NAME" in refusal.text
+            assert "4111" not in refusal.text and "set-cookie" not in refusal.headers
+    for wrong in (["http://dash.test"], ["dash.test:0"], ["dash.test/x"], ["a b"], [""]):
+        with pytest.raises(ValueError, match="is not a host: NAME or NAME:PORT"):
+            create_app(app, allowed_hosts=wrong)
+    with pytest.raises(TypeError, match="a list of names"):
+        create_app(app, allowed_hosts="dash.test")
+
+
+async def test_an_action_from_another_site_is_refused_even_from_an_allowed_host(
+    app: asyncq.App, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    from asyncq.dashboard import create_app
+
+    failed = job(status="failed")
+    dashboard = create_app(app, allowed_hosts=["dash.test:80", "jobs.example.com"])
+    async with client_for(dashboard) as client:  # Host: dash.test, which is allowed
+        token = csrf_token((await client.get(f"/jobs/{failed}")).text)
+        others = [
+            {"origin": "http://evil.test"},
+            {"origin": "http://dash.test.evil.test"},
+            {"origin": "http://dash.test:3000"},  # another service of the same machine
+            {"origin": "null"},  # a sandboxed frame, a redirect from elsewhere
+            {"origin": "http://[dash.test"},
+            {"referer": "http://evil.test/dash.test/jobs"},
+            {"referer": "http://evil.test:80/"},
+            {"origin": "http://evil.test", "referer": "http://dash.test/jobs"},
+        ]
+        for headers in others:
+            refused = await client.post(
+                f"/jobs/{failed}/requeue", data={"csrf": token}, headers=headers
+            )
+            assert refused.status_code == 403, headers
+        assert status_of(db, failed) == "failed"
+        # The dashboard's own page, and the name a proxy serves it by (whose Host the
+        # proxy does not pass on), may act.
+        for headers in (
+            {"referer": f"http://dash.test/jobs/{failed}"},
+            {"origin": "http://dash.test"},
+            {"origin": "https://jobs.example.com"},
+        ):
+            done = await client.post(
+                f"/jobs/{failed}/requeue", data={"csrf": token}, headers=headers
+            )
+            assert done.status_code == 303, headers
+            await client.post(f"/jobs/{failed}/cancel", data={"csrf": token}, headers=headers)
+            assert status_of(db, failed) == "cancelled", headers
 
 
 def status_of_failed(app: asyncq.App, job_id: int) -> str:

@@ -15,10 +15,13 @@ from asyncq.cli import build_parser
 def test_the_command_binds_to_localhost_by_default() -> None:
     args = build_parser().parse_args(["dashboard", "jobs:app"])
     assert (args.host, args.port, args.read_only) == ("127.0.0.1", 8080, False)
+    assert (args.allowed_host, args.insecure_no_auth) == ([], False)
+    names = ["--allowed-host", "jobs.example", "--allowed-host", "[::1]:9", "--insecure-no-auth"]
     args = build_parser().parse_args(
-        ["dashboard", "jobs:app", "--host", "0.0.0.0", "--port", "9000", "--read-only"]
+        ["dashboard", "jobs:app", "--host", "0.0.0.0", "--port", "9000", "--read-only", *names]
     )
     assert (args.host, args.port, args.read_only) == ("0.0.0.0", 9000, True)
+    assert (args.allowed_host, args.insecure_no_auth) == (["jobs.example", "[::1]:9"], True)
 
 
 def test_asyncq_and_its_command_import_without_the_dashboard_extra() -> None:
