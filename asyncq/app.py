@@ -626,6 +626,13 @@ class App:
         LISTEN connection checks its health after that long without a notification) and
         ``listener_health_timeout`` (5 s: it gives up after that long without an answer).
         A bad option raises `ConfigurationError` before anything connects."""
+        return await self._run_worker(queues, options)
+
+    async def _run_worker(
+        self, queues: Sequence[str] | None, options: WorkerOptions, *, rate_limits: bool = True
+    ) -> WorkerStats:
+        """`run_worker`; without ``rate_limits``, its claims leave the tasks' rate limits
+        out (`asyncq.testing.drain`, which waits for no time)."""
         settings = worker_settings.from_options(queues, retention=self.retention, **options)
         observers = list(self._observers)
         metrics = None
@@ -651,7 +658,10 @@ class App:
                 middleware=self._middleware,
                 observers=observers,
                 schedules=list(self.schedules.values()),
-                limits=ClaimLimits.of((name, task.limits) for name, task in self.tasks.items()),
+                limits=ClaimLimits.of(
+                    (name, task.limits if rate_limits else task.limits.without_rate())
+                    for name, task in self.tasks.items()
+                ),
             )
             return await worker.run()
         finally:

@@ -64,7 +64,9 @@ DEFAULT_MAX_PASSES = 25
 
 
 class DrainIncomplete(AsyncqError):
-    """`drain` made its last pass and jobs were still waiting for a retry or a snooze."""
+    """`drain` could not run every job to its end: after its last pass jobs were still
+    waiting for a retry or a snooze, or jobs ready to run were left queued (in a paused
+    queue, or kept back by a limit that jobs running elsewhere hold)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,15 +118,23 @@ async def drain(
 ) -> DrainResult:
     """Run every ready job of ``app``'s schema to its end, in this process, with a real
     worker (``app.run_worker(drain=True)``); then move time forward and go again, until
-    no job waits.
+    no job waits. It returns only once no job in its queues is ready, or raises.
 
     After each pass, the jobs queued for a retry or a snooze (queued again after a
     claim) are made due now, instead of being slept through: a task that fails for
     ever ends ``failed`` after its ``max_attempts`` passes, with no wait for its
-    backoff. Jobs deferred with a ``delay`` or ``run_at`` in the future are left
-    alone, unless ``scheduled`` is true (then they run too). ``queues`` narrows the
-    worker and the time moves to those queues. A job still waiting after ``max_passes``
-    passes (a task that snoozes for ever) raises `DrainIncomplete`, naming it.
+    backoff. Rate limits are lifted, for the same reason: drain's worker claims as
+    though no task had one (none of its starts count against a later worker's rate).
+    ``concurrency`` and ``group_concurrency`` limits hold: drain runs those jobs as the
+    limits let it, without waiting for time. Jobs deferred with a ``delay`` or
+    ``run_at`` in the future are left alone, unless ``scheduled`` is true (then they
+    run too). ``queues`` narrows the worker and the time moves to those queues.
+
+    `DrainIncomplete`, naming the jobs, when work is left: a job still waiting after
+    ``max_passes`` passes (a task that snoozes for ever); a ready job in a paused queue
+    (resume it, or leave it out of ``queues``); a ready job that a pass did not claim (a
+    ``concurrency`` or ``group_concurrency`` limit held by jobs running on another
+    worker).
 
     While `inline` is active for the App, runs its queued inline jobs instead (their
     retries and snoozes too), ``max_passes`` times over at most.
@@ -136,28 +146,53 @@ async def drain(
         return DrainResult(passes=1, claimed=await queue.run_pending(max_passes))
     result = DrainResult(passes=0)
     waiting: list[int] = []
+    left: list[int] = []
     opened_here = not app.is_open  # else each pass of run_worker would open and close it
     if opened_here:
         await app.open()
     try:
         for _ in range(max_passes):
-            stats = await app.run_worker(
-                queues, drain=True, handle_signals=False, concurrency=concurrency
+            stats = await app._run_worker(
+                queues,
+                {"drain": True, "handle_signals": False, "concurrency": concurrency},
+                rate_limits=False,
             )
             result = result.add(stats)
             async with app.writer.connection() as conn:
+                ready = await app.store.testing_left_ready(conn, queues=queues)
                 waiting = await app.store.testing_advance(conn, scheduled=scheduled, queues=queues)
-            if not waiting:
+            paused = sorted({name for _, name, is_paused in ready if is_paused})
+            if paused:
+                held = [job_id for job_id, _, is_paused in ready if is_paused]
+                raise DrainIncomplete(
+                    f"job(s) {_ids(held)} are ready in the paused queue(s) {paused}: resume"
+                    " them, or name the queues to drain (drain(app, queues=[...]))"
+                )
+            left = [job_id for job_id, _, _ in ready]
+            if left and not stats.claimed:
+                raise DrainIncomplete(
+                    f"job(s) {_ids(left)} are ready but drain's worker could not claim them:"
+                    " a concurrency or group_concurrency limit held by jobs running"
+                    " elsewhere?"
+                )
+            if not left and not waiting:
                 return result
             scheduled = False  # what was due later has run once: from now on, retries only
     finally:
         if opened_here:
             await app.close()
     raise DrainIncomplete(
-        f"drain made {max_passes} passes and job(s) {sorted(waiting)} still wait for a"
-        " retry or a snooze (a task that snoozes for ever?); raise max_passes if more"
-        " attempts are expected"
+        f"drain made {max_passes} passes and job(s) {_ids(sorted({*waiting, *left}))} still"
+        " wait for a retry or a snooze, or to run (a task that snoozes for ever?); raise"
+        " max_passes if more attempts are expected"
     )
+
+
+def _ids(ids: Sequence[int], shown: int = 20) -> str:
+    """``ids`` for a message: the first ``shown`` of them."""
+    if len(ids) <= shown:
+        return str(list(ids))
+    return "[" + ", ".join(map(str, ids[:shown])) + f", ... ({len(ids)} in all)]"
 
 
 # -- what was deferred ---------------------------------------------------------------
