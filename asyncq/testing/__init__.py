@@ -7,7 +7,7 @@ bound to an empty schema of its own, see `asyncq.testing.plugin`)::
     await signup("ada@example.com")           # code that defers jobs
     await assert_deferred(send_welcome, email="ada@example.com")
     result = await drain(app)                  # run them, retries included, no sleeping
-    assert result.failed == 0
+    assert result.failed_attempts == 0
 
 Without one (`inline`): deferring runs the task at once, in the caller, after its
 arguments made the same JSON round trip they make in production::
@@ -37,7 +37,7 @@ from asyncq.errors import AsyncqError
 from asyncq.job import Job
 from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
-from asyncq.worker.observer import WorkerStats
+from asyncq.worker.observer import LogObserver, WorkerStats
 from asyncq.worker.outcomes import Kind, decide
 from asyncq.worker.threads import Threads
 from asyncq.writer import Writer
@@ -277,8 +277,11 @@ async def assert_not_deferred(task: Task[Any, Any], /, **args: Any) -> None:
 class InlineJob:
     """A job deferred in `inline` mode: its arguments as stored (JSON text) and where its
     attempts left it, as the table would say: ``queued`` (not run yet, or waiting for a
-    retry or a snooze), ``done`` or ``failed``; ``error`` is what the last attempt
-    raised, ``last_error`` the text the table would keep."""
+    retry or a snooze), ``done`` or ``failed``; ``result`` is what the task returned as
+    a worker stores it (its JSON, decoded: a tuple reads back as a list), or None with
+    ``unstored`` saying why when a worker would not store it (not JSON, too large);
+    ``error`` is what the last attempt raised, ``last_error`` the text the table would
+    keep."""
 
     id: int
     task_name: str
@@ -291,6 +294,7 @@ class InlineJob:
     attempts: int = 0
     status: str = "queued"
     result: Any = None
+    unstored: str | None = None
     error: BaseException | None = None
     last_error: str | None = None
 
@@ -390,7 +394,9 @@ class InlineQueue:
         )
 
     async def _run(self, record: InlineJob) -> None:
-        """One attempt, ended as a worker would end it (`outcomes.decide`)."""
+        """One attempt, ended as a worker would end it (`outcomes.decide`): what it
+        raises, `CancelledError` and other `BaseException` included, fails the attempt;
+        what it returns is kept as the JSON the worker would store, decoded."""
         task = self.app.tasks.get(record.task_name)
         executor = Executor(
             tasks=self.app.tasks,
@@ -409,19 +415,35 @@ class InlineQueue:
             record.attempts,
         )
         record.status = "running"
+        caller = asyncio.current_task()
         try:
-            record.result = await executor.run(job, task)
-        except Exception as exc:
+            result = await executor.run(job, task)
+        except BaseException as exc:
+            if caller is not None and caller.cancelling():
+                # The caller is cancelled, not the task: the job goes back to the queue
+                # uncounted, as a worker's shutdown hands it back.
+                record.attempts -= 1
+                record.status = "queued"
+                raise
             outcome = decide(job, task, error=exc)
             assert outcome is not None  # no lease to lose inline
             record.error, record.last_error = exc, outcome.error or record.last_error
             record.status = "failed" if outcome.kind is Kind.FAIL else "queued"
             if outcome.kind is Kind.SNOOZE:
                 record.attempts -= 1  # a snooze does not count the attempt
+            _log.finished(outcome, record.status)
             if self.raise_errors and not isinstance(exc, JobControl):
                 raise
         else:
+            outcome = decide(job, task, result=result)
+            assert outcome is not None
+            record.result = None if outcome.result is None else codec.decode(outcome.result)
+            record.unstored = outcome.unstored
             record.status = "done"
+            _log.finished(outcome, record.status)
+
+
+_log = LogObserver()
 
 
 def _loop_running() -> bool:
@@ -444,11 +466,17 @@ def inline(app: App, *, run: bool = True, raise_errors: bool = True) -> Iterator
 
     With ``run`` (the default), the job's first attempt runs at once, before ``defer``
     returns: in the caller's task, through the App's middleware, with `current_job`
-    set. It ends as a worker would end it: ``done``; ``failed`` (`asyncq.Discard`,
-    ``retry_on``, the last attempt); or ``queued`` again for a retry or a snooze, which
-    ``await drain(app)`` runs (at once: time is not waited for inline). An exception
-    other than asyncq's signals (`Retry`, `Snooze`, `Discard`) also propagates from
-    ``defer`` (or `drain`), unless ``raise_errors=False``. A ``delay`` or ``run_at`` is
+    set. It ends as a worker would end it: ``done``, its result kept as a worker stores
+    it (the JSON round trip: a tuple reads back as a list; a result a worker would not
+    store, a set say, is None, with the reason in the job's ``unstored`` and the
+    worker's warning logged); ``failed`` (`asyncq.Discard`, ``retry_on``, the last
+    attempt); or ``queued`` again for a retry or a snooze, which ``await drain(app)``
+    runs (at once: time is not waited for inline). Whatever the task raises fails the
+    attempt, ``asyncio.CancelledError`` and other ``BaseException`` included (a
+    cancellation of the caller itself is not the task's: it hands the job back to the
+    queue and propagates). An exception other than asyncq's signals (`Retry`, `Snooze`,
+    `Discard`) also propagates from ``defer`` (or `drain`), unless
+    ``raise_errors=False``. A ``delay`` or ``run_at`` is
     recorded, not waited for; ``conn`` and ``unique_key`` are ignored; ``timeout`` is
     not enforced. With ``run=False``, jobs are only collected until `drain` runs them.
     Tasks registered on the App inside the block are not affected."""

@@ -329,3 +329,68 @@ async def test_a_limit_held_by_another_worker_is_not_left_silently(asyncq_test_a
 """
     )
     result.assert_outcomes(passed=4)
+
+
+def test_inline_jobs_end_with_what_a_worker_would_store(run: Run) -> None:
+    result = run(
+        """
+import asyncio
+
+started = []
+
+
+@app.task(name="t.pair")
+async def pair() -> object:
+    return (1, 2)
+
+
+@app.task(name="t.tags")
+async def tags() -> object:
+    return {"a", "b"}
+
+
+@app.task(name="t.cancelled", max_attempts=2)
+async def cancelled() -> None:
+    raise asyncio.CancelledError()
+
+
+@app.task(name="t.waits")
+async def waits() -> None:
+    started[0].set()
+    await asyncio.Event().wait()
+
+
+async def test_a_result_is_its_json_round_trip_or_none_as_a_worker_stores_it(caplog):
+    with inline(app) as queue:
+        await pair.defer()
+        await tags.defer()
+    assert [(job.status, job.result) for job in queue.jobs] == [("done", [1, 2]), ("done", None)]
+    assert queue.jobs[0].unstored is None
+    assert "must be JSON-serialisable" in queue.jobs[1].unstored
+    assert "is done, but its result is not stored" in caplog.text
+
+async def test_a_cancelled_error_of_the_task_fails_its_attempt():
+    with inline(app, raise_errors=False) as queue:
+        await cancelled.defer()
+        assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 1)]
+        await drain(app)
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("failed", 2)]
+    assert queue.jobs[0].last_error.startswith("asyncio.exceptions.CancelledError")
+    with inline(app) as queue:
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled.defer()
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 1)]
+
+async def test_a_cancelled_caller_hands_the_job_back():
+    started[:] = [asyncio.Event()]
+    with inline(app) as queue:
+        caller = asyncio.create_task(waits.defer())
+        await started[0].wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 0)]
+""",
+        "--asyncq-dsn=postgresql://nobody@127.0.0.1:1/none",
+    )
+    result.assert_outcomes(passed=3)
