@@ -598,9 +598,12 @@ class App:
 
         Raises `JobFailed` (with ``.last_error``) if the job failed, `JobCancelled` if it
         was cancelled, `JobNotFound` if no job has this id, `TimeoutError` after
-        ``timeout`` seconds. Woken by the notification of the statement that ends the
-        job; every ``result_poll_interval`` seconds (an App option) the jobs still waited
-        for are looked up too, in one query (with ``App(listen=False)``, only then)."""
+        ``timeout`` seconds if it has not ended. The job is looked up once however short
+        the timeout: with ``timeout=0`` a job that has ended answers (its result, or its
+        error) and one that has not raises `TimeoutError`. Woken by the notification of
+        the statement that ends the job; every ``result_poll_interval`` seconds (an App
+        option) the jobs still waited for are looked up too, in one query (with
+        ``App(listen=False)``, only then)."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
         if timeout is not None and not timeout >= 0:
