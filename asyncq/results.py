@@ -47,7 +47,7 @@ from psycopg_pool import AsyncConnectionPool
 from asyncq import pools
 from asyncq.errors import AppNotOpen, JobCancelled, JobFailed, JobNotFound
 from asyncq.store import JobEnding, Store
-from asyncq.transient import TRANSIENT_ERRORS, backoff_delay
+from asyncq.transient import backoff_delay, is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -220,16 +220,16 @@ class Results:
             try:
                 async with pools.connection(self.pool()) as conn:
                     endings = await self.store.job_endings(conn, ids=list(due))
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters if not transient
+                if not is_transient(exc):
+                    self._fail(due, exc)
+                    continue
                 failures += 1
                 delay = backoff_delay(failures)
                 _log_failure("looking up jobs", exc, delay)
                 for job_id, why in due.items():
                     self._due.setdefault(job_id, why)
                 await asyncio.sleep(delay)
-                continue
-            except Exception as exc:  # noqa: BLE001 - handed to the waiters
-                self._fail(due, exc)
                 continue
             finally:
                 self._looking = False
@@ -267,16 +267,15 @@ class Results:
                     finally:
                         with anyio.move_on_after(1, shield=True):
                             await self.store.results_not_listening(conn, listener=self.name)
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters if not transient
                 self.listening = False
+                if not is_transient(exc):
+                    self._fail_all(exc)
+                    return
                 failures += 1
                 delay = backoff_delay(failures)
                 _log_failure("results listener connection lost", exc, delay)
                 await asyncio.sleep(delay)
-            except Exception as exc:  # noqa: BLE001 - handed to the waiters
-                self.listening = False
-                self._fail_all(exc)
-                return
 
     async def _notified(self, conn: psycopg.AsyncConnection[Any]) -> None:
         waiters = self._waiters
