@@ -168,13 +168,16 @@ async def drain(
                     f"job(s) {_ids(held)} are ready in the paused queue(s) {paused}: resume"
                     " them, or name the queues to drain (drain(app, queues=[...]))"
                 )
-            left = [job_id for job_id, _, _ in ready]
-            if left and not stats.claimed:
+            # Ready through a whole pass that claimed nothing (not only come due since).
+            before = set() if stats.claimed else set(left)
+            stuck = [job_id for job_id, _, _ in ready if job_id in before]
+            if stuck:
                 raise DrainIncomplete(
-                    f"job(s) {_ids(left)} are ready but drain's worker could not claim them:"
+                    f"job(s) {_ids(stuck)} are ready but drain's worker could not claim them:"
                     " a concurrency or group_concurrency limit held by jobs running"
                     " elsewhere?"
                 )
+            left = [job_id for job_id, _, _ in ready]
             if not left and not waiting:
                 return result
             scheduled = False  # what was due later has run once: from now on, retries only
