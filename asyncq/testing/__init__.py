@@ -38,7 +38,7 @@ from asyncq.job import Job
 from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import LogObserver, WorkerStats
-from asyncq.worker.outcomes import Kind, decide
+from asyncq.worker.outcomes import Kind, Stop, decide
 from asyncq.worker.threads import Threads
 from asyncq.writer import Writer
 
@@ -422,20 +422,17 @@ class InlineQueue:
         try:
             result = await executor.run(job, task)
         except BaseException as exc:
-            if caller is not None and caller.cancelling():
-                # The caller is cancelled, not the task: the job goes back to the queue
-                # uncounted, as a worker's shutdown hands it back.
-                record.attempts -= 1
-                record.status = "queued"
-                raise
-            outcome = decide(job, task, error=exc)
+            # The caller cancelled, not the task: handed back, as by a worker's shutdown.
+            stop = Stop.SHUTDOWN if caller is not None and caller.cancelling() else None
+            outcome = decide(job, task, error=exc, stop=stop)
             assert outcome is not None  # no lease to lose inline
-            record.error, record.last_error = exc, outcome.error or record.last_error
             record.status = "failed" if outcome.kind is Kind.FAIL else "queued"
-            if outcome.kind is Kind.SNOOZE:
-                record.attempts -= 1  # a snooze does not count the attempt
+            if outcome.kind in (Kind.SNOOZE, Kind.RELEASE):
+                record.attempts -= 1  # the attempt does not count
+            if stop is None:
+                record.error, record.last_error = exc, outcome.error or record.last_error
             _log.finished(outcome, record.status)
-            if self.raise_errors and not isinstance(exc, JobControl):
+            if stop is not None or (self.raise_errors and not isinstance(exc, JobControl)):
                 raise
         else:
             outcome = decide(job, task, result=result)
