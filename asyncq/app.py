@@ -598,9 +598,12 @@ class App:
 
         Raises `JobFailed` (with ``.last_error``) if the job failed, `JobCancelled` if it
         was cancelled, `JobNotFound` if no job has this id, `TimeoutError` after
-        ``timeout`` seconds. Woken by the notification of the statement that ends the
-        job; every ``result_poll_interval`` seconds (an App option) the jobs still waited
-        for are looked up too, in one query (with ``App(listen=False)``, only then)."""
+        ``timeout`` seconds if it has not ended. The job is looked up once however short
+        the timeout: with ``timeout=0`` a job that has ended answers (its result, or its
+        error) and one that has not raises `TimeoutError`. Woken by the notification of
+        the statement that ends the job; every ``result_poll_interval`` seconds (an App
+        option) the jobs still waited for are looked up too, in one query (with
+        ``App(listen=False)``, only then)."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
         if timeout is not None and not timeout >= 0:
@@ -626,6 +629,13 @@ class App:
         LISTEN connection checks its health after that long without a notification) and
         ``listener_health_timeout`` (5 s: it gives up after that long without an answer).
         A bad option raises `ConfigurationError` before anything connects."""
+        return await self._run_worker(queues, options)
+
+    async def _run_worker(
+        self, queues: Sequence[str] | None, options: WorkerOptions, *, rate_limits: bool = True
+    ) -> WorkerStats:
+        """`run_worker`; without ``rate_limits``, its claims leave the tasks' rate limits
+        out (`asyncq.testing.drain`, which waits for no time)."""
         settings = worker_settings.from_options(queues, retention=self.retention, **options)
         observers = list(self._observers)
         metrics = None
@@ -651,7 +661,10 @@ class App:
                 middleware=self._middleware,
                 observers=observers,
                 schedules=list(self.schedules.values()),
-                limits=ClaimLimits.of((name, task.limits) for name, task in self.tasks.items()),
+                limits=ClaimLimits.of(
+                    (name, task.limits if rate_limits else task.limits.without_rate())
+                    for name, task in self.tasks.items()
+                ),
             )
             return await worker.run()
         finally:

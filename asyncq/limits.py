@@ -83,6 +83,10 @@ class TaskLimits:
             )
         return limits
 
+    def without_rate(self) -> TaskLimits:
+        """These limits, but for the rate limit."""
+        return TaskLimits(concurrency=self.concurrency, group_concurrency=self.group_concurrency)
+
     @property
     def any(self) -> bool:
         return (

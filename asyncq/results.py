@@ -6,7 +6,9 @@ statement that ends jobs sends their ids (``sql/queries.sql``). A dict maps each
 waited id to its waiters' futures. Rows are looked up through the App's pool, in one
 query for every id due a look:
 
-- a new waiter's id, at once: a job that has ended already answers at once;
+- a new waiter's id, at once: a job that has ended already answers at once, however
+  short the waiter's timeout (a waiter whose clock runs out before that look makes it
+  itself);
 - the ids a notification names;
 - every waited id once the LISTEN connection is (re)established (what ended while it
   was not listening), and every ``poll_interval`` seconds: the safety net for a lost
@@ -45,7 +47,7 @@ from psycopg_pool import AsyncConnectionPool
 from asyncq import pools
 from asyncq.errors import AppNotOpen, JobCancelled, JobFailed, JobNotFound
 from asyncq.store import JobEnding, Store
-from asyncq.transient import TRANSIENT_ERRORS, backoff_delay
+from asyncq.transient import backoff_delay, is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +77,15 @@ class Results:
         self.health_interval = health_interval
         self.health_timeout = health_timeout
         self._waiters: dict[int, list[asyncio.Future[JobEnding | None]]] = {}
+        # Waiters whose job was not looked up since they started.
+        self._unlooked: set[asyncio.Future[JobEnding | None]] = set()
         self._due: dict[int, str] = {}  # id -> why it is due a look
         self._look = asyncio.Event()
         self._listener: asyncio.Task[None] | None = None
         self._looker: asyncio.Task[None] | None = None
         # Waiters answered, by why their job was looked up: "new", "notified",
-        # "listening" (after a (re)connect) or "poll".
+        # "listening" (after a (re)connect), "poll", or "expired" (their clock ran out
+        # before the first look).
         self.answered: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
         self.listening = False  # the LISTEN connection is up
@@ -94,14 +99,32 @@ class Results:
             raise _not_found(job_id)
         future: asyncio.Future[JobEnding | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(job_id, []).append(future)
+        self._unlooked.add(future)
         self._due_a_look(job_id, "new")
         self._start()
         try:
-            async with asyncio.timeout(timeout):
-                ending = await future
+            try:
+                async with asyncio.timeout(timeout) as clock:
+                    ending = await future
+            except TimeoutError:
+                if not clock.expired() or future not in self._unlooked:
+                    raise
+                # The clock ran out before the first look at the job (a timeout of 0, say):
+                # that look is made all the same, so that a job that has ended answers.
+                ending = await self._look_once(job_id)
         finally:
             self._forget(job_id, future)
         return _answer(job_id, ending)
+
+    async def _look_once(self, job_id: int) -> JobEnding | None:
+        """The job's ending, looked up now; `TimeoutError` if it has not ended."""
+        async with pools.connection(self.pool()) as conn:
+            endings = await self.store.job_endings(conn, ids=[job_id])
+        ending = endings[0] if endings else None
+        if ending is not None and ending.status not in ENDED:
+            raise TimeoutError(f"job {job_id} has not ended")
+        self.answered["expired"] += 1
+        return ending
 
     async def close(self) -> None:
         """Stop listening and looking; every waiter left gets `AppNotOpen`."""
@@ -133,6 +156,7 @@ class Results:
         self._look.set()
 
     def _forget(self, job_id: int, future: asyncio.Future[JobEnding | None]) -> None:
+        self._unlooked.discard(future)
         futures = self._waiters.get(job_id)
         if futures is None:
             return
@@ -191,11 +215,15 @@ class Results:
             due = {job_id: why for job_id, why in due.items() if job_id in self._waiters}
             if not due:
                 continue
+            looking = [f for job_id in due for f in self._waiters[job_id]]
             self._looking = True
             try:
                 async with pools.connection(self.pool()) as conn:
                     endings = await self.store.job_endings(conn, ids=list(due))
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters if not transient
+                if not is_transient(exc):
+                    self._fail(due, exc)
+                    continue
                 failures += 1
                 delay = backoff_delay(failures)
                 _log_failure("looking up jobs", exc, delay)
@@ -203,12 +231,10 @@ class Results:
                     self._due.setdefault(job_id, why)
                 await asyncio.sleep(delay)
                 continue
-            except Exception as exc:  # noqa: BLE001 - handed to the waiters
-                self._fail(due, exc)
-                continue
             finally:
                 self._looking = False
             failures = 0
+            self._unlooked.difference_update(looking)
             self._settle(due, endings)
 
     async def _listen(self) -> None:
@@ -241,16 +267,15 @@ class Results:
                     finally:
                         with anyio.move_on_after(1, shield=True):
                             await self.store.results_not_listening(conn, listener=self.name)
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters if not transient
                 self.listening = False
+                if not is_transient(exc):
+                    self._fail_all(exc)
+                    return
                 failures += 1
                 delay = backoff_delay(failures)
                 _log_failure("results listener connection lost", exc, delay)
                 await asyncio.sleep(delay)
-            except Exception as exc:  # noqa: BLE001 - handed to the waiters
-                self.listening = False
-                self._fail_all(exc)
-                return
 
     async def _notified(self, conn: psycopg.AsyncConnection[Any]) -> None:
         waiters = self._waiters

@@ -652,6 +652,15 @@ class Store:
         )
         return [int(row[0]) for row in await cur.fetchall()]
 
+    async def testing_left_ready(
+        self, conn: Conn, *, queues: Sequence[str] | None
+    ) -> list[tuple[int, str, bool]]:
+        """The jobs ready now and still queued: (id, queue, whether the queue is paused)."""
+        cur = await conn.execute(
+            self.q["testing_left_ready"], {"queues": None if queues is None else list(queues)}
+        )
+        return [(int(row[0]), str(row[1]), bool(row[2])) for row in await cur.fetchall()]
+
     async def testing_jobs_of_task(self, conn: Conn, *, task: str) -> list[tuple[Any, ...]]:
         cur = await conn.execute(self.q["testing_jobs_of_task"], {"task": task})
         return await cur.fetchall()

@@ -26,6 +26,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_INT = 2**31 - 1  # the int columns: priority, max_attempts
+# A unique key is indexed, and a btree index entry holds at most ~2700 bytes (8 kB pages):
+# a longer key would reach PostgreSQL and fail there, whatever the number of tries.
+MAX_UNIQUE_KEY_BYTES = 1024
 
 
 class JobWriter(Protocol):
@@ -88,6 +91,12 @@ def _check_options(options: DeferOptions) -> DeferOptions:
             raise ValueError(f"unique_key must be a string without NUL characters, not {key!r}")
         if not key.isascii() and not codec.is_text(key):
             raise ValueError(f"unique_key must not contain a lone surrogate: {key!r}")
+        size = len(key.encode("utf-8"))
+        if size > MAX_UNIQUE_KEY_BYTES:
+            raise ValueError(
+                f"unique_key must be at most {MAX_UNIQUE_KEY_BYTES} bytes of UTF-8, not"
+                f" {size} (a longer key can be hashed, as hashlib.sha256(...).hexdigest())"
+            )
     group = options.group
     if group is not None:
         if not isinstance(group, str) or not group or "\x00" in group:

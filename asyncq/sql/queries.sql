@@ -658,6 +658,16 @@ UPDATE asyncq_jobs
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 RETURNING id
 
+-- name: testing_left_ready
+-- asyncq.testing's drain, after a pass: the jobs ready now that it left queued, each with
+-- whether its queue is paused (else a limit held by jobs running elsewhere kept it back).
+SELECT j.id, j.queue, q.paused_at IS NOT NULL
+  FROM asyncq_jobs j
+  LEFT JOIN asyncq_queues q ON q.name = j.queue
+ WHERE j.status = 'queued' AND j.run_at <= now()
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+ ORDER BY j.id
+
 -- name: testing_jobs_of_task
 -- Every job of a task, whatever its status, oldest first (asyncq.testing's assertions).
 SELECT id, task_name, queue, args::text, status::text, priority, run_at, attempts,

@@ -7,7 +7,7 @@ bound to an empty schema of its own, see `asyncq.testing.plugin`)::
     await signup("ada@example.com")           # code that defers jobs
     await assert_deferred(send_welcome, email="ada@example.com")
     result = await drain(app)                  # run them, retries included, no sleeping
-    assert result.failed == 0
+    assert result.failed_attempts == 0
 
 Without one (`inline`): deferring runs the task at once, in the caller, after its
 arguments made the same JSON round trip they make in production::
@@ -37,8 +37,8 @@ from asyncq.errors import AsyncqError
 from asyncq.job import Job
 from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
-from asyncq.worker.observer import WorkerStats
-from asyncq.worker.outcomes import Kind, decide
+from asyncq.worker.observer import LogObserver, WorkerStats
+from asyncq.worker.outcomes import Kind, Stop, decide
 from asyncq.worker.threads import Threads
 from asyncq.writer import Writer
 
@@ -64,7 +64,9 @@ DEFAULT_MAX_PASSES = 25
 
 
 class DrainIncomplete(AsyncqError):
-    """`drain` made its last pass and jobs were still waiting for a retry or a snooze."""
+    """`drain` could not run every job to its end: after its last pass jobs were still
+    waiting for a retry or a snooze, or jobs ready to run were left queued (in a paused
+    queue, or kept back by a limit that jobs running elsewhere hold)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,15 +118,23 @@ async def drain(
 ) -> DrainResult:
     """Run every ready job of ``app``'s schema to its end, in this process, with a real
     worker (``app.run_worker(drain=True)``); then move time forward and go again, until
-    no job waits.
+    no job waits. It returns only once no job in its queues is ready, or raises.
 
     After each pass, the jobs queued for a retry or a snooze (queued again after a
     claim) are made due now, instead of being slept through: a task that fails for
     ever ends ``failed`` after its ``max_attempts`` passes, with no wait for its
-    backoff. Jobs deferred with a ``delay`` or ``run_at`` in the future are left
-    alone, unless ``scheduled`` is true (then they run too). ``queues`` narrows the
-    worker and the time moves to those queues. A job still waiting after ``max_passes``
-    passes (a task that snoozes for ever) raises `DrainIncomplete`, naming it.
+    backoff. Rate limits are lifted, for the same reason: drain's worker claims as
+    though no task had one (none of its starts count against a later worker's rate).
+    ``concurrency`` and ``group_concurrency`` limits hold: drain runs those jobs as the
+    limits let it, without waiting for time. Jobs deferred with a ``delay`` or
+    ``run_at`` in the future are left alone, unless ``scheduled`` is true (then they
+    run too). ``queues`` narrows the worker and the time moves to those queues.
+
+    `DrainIncomplete`, naming the jobs, when work is left: a job still waiting after
+    ``max_passes`` passes (a task that snoozes for ever); a ready job in a paused queue
+    (resume it, or leave it out of ``queues``); a ready job that a pass did not claim (a
+    ``concurrency`` or ``group_concurrency`` limit held by jobs running on another
+    worker).
 
     While `inline` is active for the App, runs its queued inline jobs instead (their
     retries and snoozes too), ``max_passes`` times over at most.
@@ -136,28 +146,56 @@ async def drain(
         return DrainResult(passes=1, claimed=await queue.run_pending(max_passes))
     result = DrainResult(passes=0)
     waiting: list[int] = []
+    left: list[int] = []
     opened_here = not app.is_open  # else each pass of run_worker would open and close it
     if opened_here:
         await app.open()
     try:
         for _ in range(max_passes):
-            stats = await app.run_worker(
-                queues, drain=True, handle_signals=False, concurrency=concurrency
+            stats = await app._run_worker(
+                queues,
+                {"drain": True, "handle_signals": False, "concurrency": concurrency},
+                rate_limits=False,
             )
             result = result.add(stats)
             async with app.writer.connection() as conn:
+                ready = await app.store.testing_left_ready(conn, queues=queues)
                 waiting = await app.store.testing_advance(conn, scheduled=scheduled, queues=queues)
-            if not waiting:
+            paused = sorted({name for _, name, is_paused in ready if is_paused})
+            if paused:
+                held = [job_id for job_id, _, is_paused in ready if is_paused]
+                raise DrainIncomplete(
+                    f"job(s) {_ids(held)} are ready in the paused queue(s) {paused}: resume"
+                    " them, or name the queues to drain (drain(app, queues=[...]))"
+                )
+            # Ready through a whole pass that claimed nothing (not only come due since).
+            before = set() if stats.claimed else set(left)
+            stuck = [job_id for job_id, _, _ in ready if job_id in before]
+            if stuck:
+                raise DrainIncomplete(
+                    f"job(s) {_ids(stuck)} are ready but drain's worker could not claim them:"
+                    " a concurrency or group_concurrency limit held by jobs running"
+                    " elsewhere?"
+                )
+            left = [job_id for job_id, _, _ in ready]
+            if not left and not waiting:
                 return result
             scheduled = False  # what was due later has run once: from now on, retries only
     finally:
         if opened_here:
             await app.close()
     raise DrainIncomplete(
-        f"drain made {max_passes} passes and job(s) {sorted(waiting)} still wait for a"
-        " retry or a snooze (a task that snoozes for ever?); raise max_passes if more"
-        " attempts are expected"
+        f"drain made {max_passes} passes and job(s) {_ids(sorted({*waiting, *left}))} still"
+        " wait for a retry or a snooze, or to run (a task that snoozes for ever?); raise"
+        " max_passes if more attempts are expected"
     )
+
+
+def _ids(ids: Sequence[int], shown: int = 20) -> str:
+    """``ids`` for a message: the first ``shown`` of them."""
+    if len(ids) <= shown:
+        return str(list(ids))
+    return "[" + ", ".join(map(str, ids[:shown])) + f", ... ({len(ids)} in all)]"
 
 
 # -- what was deferred ---------------------------------------------------------------
@@ -242,8 +280,11 @@ async def assert_not_deferred(task: Task[Any, Any], /, **args: Any) -> None:
 class InlineJob:
     """A job deferred in `inline` mode: its arguments as stored (JSON text) and where its
     attempts left it, as the table would say: ``queued`` (not run yet, or waiting for a
-    retry or a snooze), ``done`` or ``failed``; ``error`` is what the last attempt
-    raised, ``last_error`` the text the table would keep."""
+    retry or a snooze), ``done`` or ``failed``; ``result`` is what the task returned as
+    a worker stores it (its JSON, decoded: a tuple reads back as a list), or None with
+    ``unstored`` saying why when a worker would not store it (not JSON, too large);
+    ``error`` is what the last attempt raised, ``last_error`` the text the table would
+    keep."""
 
     id: int
     task_name: str
@@ -256,6 +297,7 @@ class InlineJob:
     attempts: int = 0
     status: str = "queued"
     result: Any = None
+    unstored: str | None = None
     error: BaseException | None = None
     last_error: str | None = None
 
@@ -355,7 +397,9 @@ class InlineQueue:
         )
 
     async def _run(self, record: InlineJob) -> None:
-        """One attempt, ended as a worker would end it (`outcomes.decide`)."""
+        """One attempt, ended as a worker would end it (`outcomes.decide`): what it
+        raises, `CancelledError` and other `BaseException` included, fails the attempt;
+        what it returns is kept as the JSON the worker would store, decoded."""
         task = self.app.tasks.get(record.task_name)
         executor = Executor(
             tasks=self.app.tasks,
@@ -374,19 +418,32 @@ class InlineQueue:
             record.attempts,
         )
         record.status = "running"
+        caller = asyncio.current_task()
         try:
-            record.result = await executor.run(job, task)
-        except Exception as exc:
-            outcome = decide(job, task, error=exc)
+            result = await executor.run(job, task)
+        except BaseException as exc:
+            # The caller cancelled, not the task: handed back, as by a worker's shutdown.
+            stop = Stop.SHUTDOWN if caller is not None and caller.cancelling() else None
+            outcome = decide(job, task, error=exc, stop=stop)
             assert outcome is not None  # no lease to lose inline
-            record.error, record.last_error = exc, outcome.error or record.last_error
             record.status = "failed" if outcome.kind is Kind.FAIL else "queued"
-            if outcome.kind is Kind.SNOOZE:
-                record.attempts -= 1  # a snooze does not count the attempt
-            if self.raise_errors and not isinstance(exc, JobControl):
+            if outcome.kind in (Kind.SNOOZE, Kind.RELEASE):
+                record.attempts -= 1  # the attempt does not count
+            if stop is None:
+                record.error, record.last_error = exc, outcome.error or record.last_error
+            _log.finished(outcome, record.status)
+            if stop is not None or (self.raise_errors and not isinstance(exc, JobControl)):
                 raise
         else:
+            outcome = decide(job, task, result=result)
+            assert outcome is not None
+            record.result = None if outcome.result is None else codec.decode(outcome.result)
+            record.unstored = outcome.unstored
             record.status = "done"
+            _log.finished(outcome, record.status)
+
+
+_log = LogObserver()
 
 
 def _loop_running() -> bool:
@@ -409,11 +466,17 @@ def inline(app: App, *, run: bool = True, raise_errors: bool = True) -> Iterator
 
     With ``run`` (the default), the job's first attempt runs at once, before ``defer``
     returns: in the caller's task, through the App's middleware, with `current_job`
-    set. It ends as a worker would end it: ``done``; ``failed`` (`asyncq.Discard`,
-    ``retry_on``, the last attempt); or ``queued`` again for a retry or a snooze, which
-    ``await drain(app)`` runs (at once: time is not waited for inline). An exception
-    other than asyncq's signals (`Retry`, `Snooze`, `Discard`) also propagates from
-    ``defer`` (or `drain`), unless ``raise_errors=False``. A ``delay`` or ``run_at`` is
+    set. It ends as a worker would end it: ``done``, its result kept as a worker stores
+    it (the JSON round trip: a tuple reads back as a list; a result a worker would not
+    store, a set say, is None, with the reason in the job's ``unstored`` and the
+    worker's warning logged); ``failed`` (`asyncq.Discard`, ``retry_on``, the last
+    attempt); or ``queued`` again for a retry or a snooze, which ``await drain(app)``
+    runs (at once: time is not waited for inline). Whatever the task raises fails the
+    attempt, ``asyncio.CancelledError`` and other ``BaseException`` included (a
+    cancellation of the caller itself is not the task's: it hands the job back to the
+    queue and propagates). An exception other than asyncq's signals (`Retry`, `Snooze`,
+    `Discard`) also propagates from ``defer`` (or `drain`), unless
+    ``raise_errors=False``. A ``delay`` or ``run_at`` is
     recorded, not waited for; ``conn`` and ``unique_key`` are ignored; ``timeout`` is
     not enforced. With ``run=False``, jobs are only collected until `drain` runs them.
     Tasks registered on the App inside the block are not affected."""

@@ -25,7 +25,7 @@ from psycopg import sql
 
 from asyncq.pools import on_read_only_server
 from asyncq.store import Store
-from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.transient import TRANSIENT_ERRORS, is_transient
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import Tries
 from asyncq.worker.wakeup import DueTimes, Wakeup
@@ -86,6 +86,8 @@ class Listener:
                     await self._catch_up(conn)
                     await self._listen(conn)
             except TRANSIENT_ERRORS as exc:
+                if not is_transient(exc):
+                    raise
                 delay = tries.wait_after(exc)
                 if not started:
                     started = True

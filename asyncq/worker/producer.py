@@ -25,7 +25,7 @@ from asyncq.job import Job
 from asyncq.limits import ClaimLimits
 from asyncq.pools import DEADLINE, KeptConnection
 from asyncq.store import Store
-from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.transient import TRANSIENT_ERRORS, is_transient
 from asyncq.worker.completer import Completer
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import Tries
@@ -156,6 +156,8 @@ class Producer:
                     self.taken_out -= want
                     self.limited_out -= limited
             except TRANSIENT_ERRORS as exc:
+                if not is_transient(exc):
+                    raise
                 slots.unclaimed(want)
                 claiming(False)
                 await tries.failed(exc)

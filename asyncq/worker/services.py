@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from asyncq.transient import TRANSIENT_ERRORS, backoff_delay
+from asyncq.transient import TRANSIENT_ERRORS, backoff_delay, is_transient
 from asyncq.worker.observer import Observer
 
 T = TypeVar("T")
@@ -78,6 +78,8 @@ async def retrying(service: str, call: Callable[[], Awaitable[T]], observer: Obs
         try:
             return await call()
         except TRANSIENT_ERRORS as exc:
+            if not is_transient(exc):
+                raise
             await tries.failed(exc)
 
 
@@ -95,6 +97,8 @@ async def every(
         try:
             await call()
         except TRANSIENT_ERRORS as exc:
+            if not is_transient(exc):
+                raise
             tries.wait_after(exc, interval())
         else:
             tries.succeeded()

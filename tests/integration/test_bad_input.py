@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import random
 import re
+import secrets
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 
 import asyncq
+from asyncq.task import MAX_UNIQUE_KEY_BYTES
+from asyncq.transient import is_transient
 
 pytestmark = pytest.mark.anyio
 
@@ -188,6 +193,53 @@ async def test_odd_unique_keys_round_trip(app: asyncq.App, db: Any) -> None:
         first = await job.options(unique_key=key).defer()
         assert await job.options(unique_key=key).defer() == first
     assert count(db) == len(HOSTILE_NAMES)
+
+
+async def test_a_unique_key_over_the_limit_is_refused_before_anything_is_written(
+    app: asyncq.App, db: Any
+) -> None:
+    @app.task(name="bad_input.keyed")
+    async def keyed() -> None:
+        pass
+
+    @app.task(name="bad_input.keyed_sync")
+    def keyed_sync() -> None:
+        pass
+
+    # At the limit, and as little compressible as text gets: PostgreSQL indexes it.
+    ascii_key = secrets.token_hex(MAX_UNIQUE_KEY_BYTES // 2)
+    wide_key = "".join(random.choice("éλжあ🙂") for _ in range(MAX_UNIQUE_KEY_BYTES))
+    wide_key = wide_key.encode()[:MAX_UNIQUE_KEY_BYTES].decode(errors="ignore")
+    first = await keyed.options(unique_key=ascii_key).defer()
+    assert await keyed.options(unique_key=ascii_key).defer() == first
+    assert keyed_sync.options(unique_key=wide_key).defer_sync() > first
+    assert count(db) == 2
+
+    too_long = "x" * 4000
+    over_by_one = "é" * (MAX_UNIQUE_KEY_BYTES // 2) + "x"
+    for key, size in ((too_long, 4000), (over_by_one, MAX_UNIQUE_KEY_BYTES + 1)):
+        refused = rf"unique_key must be at most {MAX_UNIQUE_KEY_BYTES} bytes of UTF-8, not {size}"
+        with pytest.raises(ValueError, match=refused):
+            keyed.options(unique_key=key)
+        with pytest.raises(ValueError, match=refused):
+            await keyed.options(unique_key=key).defer()
+        with pytest.raises(ValueError, match=refused):
+            await keyed.options(unique_key=key).defer_many([{}])
+        with pytest.raises(ValueError, match=refused):
+            keyed_sync.options(unique_key=key).defer_sync()
+    assert count(db) == 2
+
+
+def test_an_error_no_retry_gets_past_is_not_transient(db: Any) -> None:
+    key = secrets.token_urlsafe(3000)  # ~4,000 characters that do not compress
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded) as caught:
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, args, unique_key) VALUES ('t', '{}', %s)", (key,)
+        )
+    assert isinstance(caught.value, psycopg.OperationalError)
+    assert not is_transient(caught.value)
+    assert is_transient(psycopg.errors.SerializationFailure())
+    assert is_transient(psycopg.errors.AdminShutdown())
 
 
 async def test_duplicate_task_names_are_refused(app: asyncq.App) -> None:

@@ -159,6 +159,33 @@ async def test_a_job_that_does_not_end_in_time_raises_timeout_error(app: asyncq.
     assert app.results.waiting == 0  # the waiter is forgotten
 
 
+@pytest.mark.parametrize("seconds", [0, 1e-6])
+async def test_a_job_that_has_ended_answers_however_short_the_timeout(
+    app: asyncq.App, drain: Drain, seconds: float
+) -> None:
+    @app.task(name="results.ended")
+    async def ended(fail: bool) -> str:
+        if fail:
+            raise asyncq.Discard("no")
+        return "ok"
+
+    done, failed = await ended.defer(False), await ended.defer(True)
+    cancelled, queued = [await ended.options(delay=3600).defer(False) for _ in range(2)]
+    await app.cancel(cancelled)
+    await drain()
+    # The clock runs out before the first look, which is made all the same.
+    assert await app.result(done, timeout=seconds) == "ok"
+    with pytest.raises(asyncq.JobFailed, match="Discard: no"):
+        await app.result(failed, timeout=seconds)
+    with pytest.raises(asyncq.JobCancelled):
+        await app.result(cancelled, timeout=seconds)
+    with pytest.raises(asyncq.JobNotFound):
+        await app.result(queued + 1000, timeout=seconds)
+    with pytest.raises(TimeoutError):
+        await app.result(queued, timeout=seconds)
+    assert app.results.waiting == 0
+
+
 async def test_a_waiter_that_starts_after_the_job_ended_returns_at_once(
     quiet_app: asyncq.App, drain: Drain
 ) -> None:

@@ -260,3 +260,137 @@ async def test_inline_under_an_event_loop_waits_for_drain():
 """
     )
     result.assert_outcomes(passed=3)
+
+
+def test_drain_runs_every_ready_job_or_says_what_it_left(run: Run) -> None:
+    result = run(
+        """
+from psycopg import sql
+
+
+@app.task(name="t.rated", rate_limit="2/h")
+async def rated(n: int) -> int:
+    return n
+
+
+@app.task(name="t.one_at_a_time", concurrency=1)
+async def one_at_a_time(n: int) -> int:
+    return n
+
+
+@app.task(name="t.per_tenant", group_concurrency=1)
+async def per_tenant(n: int) -> int:
+    return n
+
+
+async def test_rate_limits_are_lifted(asyncq_test_app):
+    for n in range(6):
+        await rated.defer(n)
+    drained = await drain(asyncq_test_app)
+    assert (drained.claimed, drained.done) == (6, 6)
+    assert [job.status for job in await deferred_jobs(rated)] == ["done"] * 6
+    starts = sql.Identifier(asyncq_test_app.schema, "asyncq_rate_starts")
+    async with asyncq_test_app.pool.connection() as conn:  # none counts against a worker's
+        cur = await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(starts))
+        assert await cur.fetchone() == (0,)
+
+async def test_concurrency_limits_hold_and_every_job_runs(asyncq_test_app):
+    for n in range(6):
+        await one_at_a_time.defer(n)
+        await per_tenant.options(group=f"tenant-{n % 2}").defer(n)
+    drained = await drain(asyncq_test_app)
+    assert (drained.claimed, drained.done) == (12, 12)
+
+async def test_a_ready_job_in_a_paused_queue_is_not_left_silently(asyncq_test_app):
+    job_id = await send.defer(1)
+    await asyncq_test_app.pause("default")
+    with pytest.raises(
+        DrainIncomplete, match=rf"job\\(s\\) \\[{job_id}\\] are ready in the paused queue"
+    ):
+        await drain(asyncq_test_app)
+    await asyncq_test_app.resume("default")
+    assert (await drain(asyncq_test_app)).done == 1
+
+async def test_a_limit_held_by_another_worker_is_not_left_silently(asyncq_test_app):
+    elsewhere = await one_at_a_time.defer(0)
+    waiting = await one_at_a_time.defer(1)
+    jobs = sql.Identifier(asyncq_test_app.schema, "asyncq_jobs")
+    async with asyncq_test_app.pool.connection() as conn:  # another worker runs one
+        await conn.execute(
+            sql.SQL(
+                "UPDATE {} SET status = 'running', attempts = 1, claims = 1,"
+                " locked_by = 'another worker', locked_at = now(),"
+                " expires_at = now() + interval '1 hour' WHERE id = %s"
+            ).format(jobs),
+            (elsewhere,),
+        )
+    with pytest.raises(DrainIncomplete, match=rf"job\\(s\\) \\[{waiting}\\] are ready but"):
+        await drain(asyncq_test_app)
+"""
+    )
+    result.assert_outcomes(passed=4)
+
+
+def test_inline_jobs_end_with_what_a_worker_would_store(run: Run) -> None:
+    result = run(
+        """
+import asyncio
+
+started = []
+
+
+@app.task(name="t.pair")
+async def pair() -> object:
+    return (1, 2)
+
+
+@app.task(name="t.tags")
+async def tags() -> object:
+    return {"a", "b"}
+
+
+@app.task(name="t.cancelled", max_attempts=2)
+async def cancelled() -> None:
+    raise asyncio.CancelledError()
+
+
+@app.task(name="t.waits")
+async def waits() -> None:
+    started[0].set()
+    await asyncio.Event().wait()
+
+
+async def test_a_result_is_its_json_round_trip_or_none_as_a_worker_stores_it(caplog):
+    with inline(app) as queue:
+        await pair.defer()
+        await tags.defer()
+    assert [(job.status, job.result) for job in queue.jobs] == [("done", [1, 2]), ("done", None)]
+    assert queue.jobs[0].unstored is None
+    assert "must be JSON-serialisable" in queue.jobs[1].unstored
+    assert "is done, but its result is not stored" in caplog.text
+
+async def test_a_cancelled_error_of_the_task_fails_its_attempt():
+    with inline(app, raise_errors=False) as queue:
+        await cancelled.defer()
+        assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 1)]
+        await drain(app)
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("failed", 2)]
+    assert queue.jobs[0].last_error.startswith("asyncio.exceptions.CancelledError")
+    with inline(app) as queue:
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled.defer()
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 1)]
+
+async def test_a_cancelled_caller_hands_the_job_back():
+    started[:] = [asyncio.Event()]
+    with inline(app) as queue:
+        caller = asyncio.create_task(waits.defer())
+        await started[0].wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+    assert [(job.status, job.attempts) for job in queue.jobs] == [("queued", 0)]
+""",
+        "--asyncq-dsn=postgresql://nobody@127.0.0.1:1/none",
+    )
+    result.assert_outcomes(passed=3)

@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from asyncq import pools
 from asyncq.schedule import Schedule
 from asyncq.store import Conn, FireResult, Store
-from asyncq.transient import TRANSIENT_ERRORS
+from asyncq.transient import TRANSIENT_ERRORS, is_transient
 from asyncq.worker.maintenance import gated
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import Tries, retrying
@@ -93,6 +93,8 @@ class Scheduler:
             try:
                 await self.tick()
             except TRANSIENT_ERRORS as exc:
+                if not is_transient(exc):
+                    raise
                 await tries.failed(exc)
             else:
                 tries.succeeded()

@@ -49,6 +49,34 @@ def test_retrying_lets_a_permanent_error_through() -> None:
         asyncio.run(services.retrying("claim", broken, Reported()))
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        psycopg.errors.ProgramLimitExceeded("index row size 4016 exceeds btree maximum 2704"),
+        psycopg.errors.StatementTooComplex("stack depth limit exceeded"),
+        psycopg.errors.TooManyColumns("tables can have at most 1600 columns"),
+        psycopg.errors.CantChangeRuntimeParam('parameter "wal_level" cannot be changed now'),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_retrying_lets_an_operational_error_no_retry_gets_past_through(
+    monkeypatch: pytest.MonkeyPatch, error: psycopg.OperationalError
+) -> None:
+    monkeypatch.setattr(services, "backoff_delay", lambda failures: 0.001)
+    calls = 0
+
+    async def refused() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise error
+        return "ok"
+
+    with pytest.raises(type(error)):
+        asyncio.run(services.retrying("claim", refused, Reported()))
+    assert calls == 1
+
+
 def test_every_reports_a_failure_and_tries_again_at_the_next_turn() -> None:
     observer = Reported()
     turns: list[int] = []
