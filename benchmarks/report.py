@@ -652,6 +652,9 @@ def render(results: dict[str, Any]) -> str:
             f" plain bulk INSERT {bulk['bulk_insert']:,.0f}/s ({bulk['ratio']:.2f}x;"
             f" blocks {' '.join(f'{r:.2f}' for r in bulk['block_ratios'])})"
         )
+    starts_table = render_starts(results)
+    if starts_table:
+        parts.append(starts_table)
     history = results.get("history")
     if history and "cases" in history:
         rows = [
@@ -713,6 +716,51 @@ def render(results: dict[str, Any]) -> str:
     if results["errors"]:
         parts.append("problems:\n" + "\n".join(f"  {e}" for e in results["errors"]))
     return "\n\n".join(parts)
+
+
+def starts_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per system and configuration: the median rate from each start state, and the empty
+    table's against the warm one's."""
+    rates: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for run in results.get("starts", []):
+        if run.get("ok"):
+            key = (run["system"], _label(run["point"]))
+            rates.setdefault(key, {}).setdefault(run["state"], []).append(run["rate"])
+    rows = []
+    for (system, point), by_state in rates.items():
+        warm = statistics.median(by_state["warm"]) if "warm" in by_state else None
+        empty = statistics.median(by_state["empty"]) if "empty" in by_state else None
+        rows.append(
+            {
+                "system": system,
+                "point": point,
+                "warm": warm,
+                "empty": empty,
+                "ratio": _ratio(empty, warm),
+                "runs": {state: len(r) for state, r in by_state.items()},
+            }
+        )
+    return rows
+
+
+def render_starts(results: dict[str, Any]) -> str:
+    rows = [
+        [
+            _title(results, row["system"]),
+            row["point"],
+            _fmt(row["warm"]),
+            _fmt(row["empty"]),
+            _fmt(row["ratio"], ".2f") + ("x" if row["ratio"] is not None else ""),
+        ]
+        for row in starts_summary(results)
+    ]
+    if not rows:
+        return ""
+    return (
+        "start states: workers started on the analyzed burst (warm) or on the empty,"
+        " analyzed table before it (empty)\n"
+        + _table(["system", "configuration", "warm jobs/s", "empty jobs/s", "empty vs warm"], rows)
+    )
 
 
 def write_json(results: dict[str, Any], out_dir: Path, stamp: str) -> list[Path]:

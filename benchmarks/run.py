@@ -30,7 +30,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baseline, ceiling, history, measure, memory, profile, redisdb, report, shape
+from benchmarks import (
+    baseline,
+    ceiling,
+    history,
+    measure,
+    memory,
+    profile,
+    redisdb,
+    report,
+    shape,
+    starts,
+)
 from benchmarks.common import (
     ROOT,
     describe,
@@ -41,7 +52,7 @@ from benchmarks.common import (
 )
 from benchmarks.systems import ORDER, SHORT_GAP, Point, System, load
 
-PARTS = ("throughput", "latency", "enqueue", "ceiling", "history", "memory", "shape")
+PARTS = ("throughput", "starts", "latency", "enqueue", "ceiling", "history", "memory", "shape")
 REQUIRES = {
     "procrastinate": ("procrastinate",),
     "pgqueuer": ("pgqueuer", "asyncpg"),
@@ -141,7 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
     names = [s.strip() for s in args.only.split(",") if s.strip()]
     if args.parts is None:
-        args.parts = "throughput,latency,enqueue,ceiling,history" + ("" if quick else ",shape")
+        args.parts = "throughput,starts,latency,enqueue,ceiling,history" + (
+            "" if quick else ",shape"
+        )
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.memory:
         args.parts.add("memory")
@@ -268,6 +281,7 @@ class Runner:
         self.log_dir = args.out / "logs"
         self.results: dict[str, Any] = {
             "throughput": [],
+            "starts": [],
             "latency": [],
             "enqueue": [],
             "errors": [],
@@ -379,6 +393,18 @@ class Runner:
         elif "error" in run and "rate" in run:
             self.problem(f"{name} throughput {point.label}", RuntimeError(run["error"]))
 
+    async def measure_start(self, system: System, point: Point, state: str, repeat: int) -> None:
+        name = system.name
+        jobs = sizes(self.args).jobs
+        run = await self.guarded(
+            f"{name} from {state} {point.label}",
+            partial(starts.drain, system, point, jobs, self.log_dir, state),
+        )
+        run.update(system=name, point=point_dict(point), repeat=repeat, state=state)
+        self.results["starts"].append(run)
+        if run.get("ok"):
+            self.say(f"  {name:13} {point.label:17} from {state:5} {run['rate']:>9,.0f} jobs/s")
+
     async def measure_latency(self, group: list[System], repeat: int) -> None:
         """Pickup latency of one system, or of a group's systems taking turns sample by
         sample (`measure.latency_in_turns`)."""
@@ -450,6 +476,12 @@ class Runner:
                 for point in first.sweep(self.args.quick) + scaling(first.name, self.args.quick):
                     for system in in_turn(group, repeat - 1):
                         await self.measure_throughput(system, point, repeat)
+            if "starts" in parts and group[0].name == "asyncq":
+                # From each start state in turn, asyncq and its baseline taking turns.
+                for point in starts.points(self.args.quick):
+                    for state in starts.STATES:
+                        for system in in_turn(group, repeat - 1):
+                            await self.measure_start(system, point, state, repeat)
             if "enqueue" in parts:
                 await self.measure_enqueue(group, repeat)
         if "latency" in parts:
@@ -477,7 +509,7 @@ class Runner:
         args = self.args
         started = time.perf_counter()
         await self.prepare()
-        rounds = args.repeats if args.parts & {"throughput", "latency", "enqueue"} else 0
+        rounds = args.repeats if args.parts & {"throughput", "starts", "latency", "enqueue"} else 0
         for repeat in range(1, rounds + 1):
             self.say(f"round {repeat} of {args.repeats}")
             await self.one_round(repeat)
