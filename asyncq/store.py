@@ -575,6 +575,14 @@ class Store:
         table = self._table(conn)
         return await (await conn.execute(self.q["table_health"], {"table": table})).fetchone()
 
+    async def autovacuum_off(self, conn: Conn) -> tuple[bool, list[str]]:
+        """Whether the server runs autovacuum, and asyncq's tables it skips by their own
+        setting (``autovacuum_enabled = false``)."""
+        table = self._table(conn)
+        row = await (await conn.execute(self.q["autovacuum_off"], {"table": table})).fetchone()
+        assert row is not None
+        return bool(row[0]), [str(name) for name in row[1]]
+
     async def index_sizes(self, conn: Conn) -> list[tuple[Any, ...]]:
         table = self._table(conn)
         return await (await conn.execute(self.q["index_sizes"], {"table": table})).fetchall()

@@ -127,3 +127,16 @@ def _more(html: str) -> str:
     found = re.search(r'<a id="more" href="([^"]+)"', html)
     assert found, "no link to more jobs"
     return found[1].replace("&amp;", "&")
+
+
+async def test_the_queues_page_warns_when_autovacuum_is_off_for_the_jobs_table(
+    client: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    db.execute("ALTER TABLE asyncq_jobs SET (autovacuum_enabled = false)")
+    try:
+        page = await client.get("/")
+    finally:
+        db.execute("ALTER TABLE asyncq_jobs RESET (autovacuum_enabled)")
+    assert page.status_code == 200
+    warnings = re.findall(r'<p class="warning">([^<]*)</p>', page.text)
+    assert [w for w in warnings if w.startswith("autovacuum is off for asyncq_jobs")], warnings
