@@ -542,7 +542,9 @@ class App:
         reads is made too (`asyncq_jobs_ready_by_task`).
         """
         limited = any(task.limits.any for task in self.tasks.values())
-        kwargs = self.connect_kwargs()
+        # Each statement of a migration runs once: preparing one gains nothing, and through
+        # PgBouncer in transaction mode the prepared statement is lost or taken.
+        kwargs = {**self.connect_kwargs(), "prepare_threshold": None}
         async with (
             await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as lock,
             await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as conn,

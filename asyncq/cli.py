@@ -21,7 +21,7 @@ import asyncq
 from asyncq import admin, display, pools
 from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
-from asyncq.errors import AsyncqError, ConfigurationError
+from asyncq.errors import AsyncqError, ConfigurationError, SchemaNotMigrated
 from asyncq.logs import JsonFormatter
 from asyncq.worker import settings as worker_settings
 
@@ -619,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (AsyncqError, psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, SchemaNotMigrated):  # the command to run, for this very App
+            message = message.replace("MODULE:APP", args.app)
         print(f"asyncq: error: {message}", file=sys.stderr)
         return 1
     except _Refused:
