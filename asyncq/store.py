@@ -778,3 +778,20 @@ class Store:
         """Delete every row of the schema's tables but its migrations' (a DELETE of the
         few rows a test leaves costs a millisecond, a TRUNCATE of six tables ~70)."""
         await conn.execute(self.q["testing_empty"], prepare=False)
+
+
+# -- the embedded server -------------------------------------------------------------
+
+
+def create_database_sync(conn: SyncConn, name: str) -> bool:
+    """Make the database ``name`` on ``conn``'s server (autocommit) unless it is there;
+    True if this call made it. Another process that makes it at the same moment wins."""
+    row = conn.execute(QUERIES["database_exists"], {"name": name}).fetchone()
+    if row and row[0]:
+        return False
+    statement = sql.SQL(QUERIES["create_database"]).format(name=sql.Identifier(name))
+    try:
+        conn.execute(statement)
+    except (errors.DuplicateDatabase, errors.UniqueViolation):
+        return False  # made by another process since
+    return True

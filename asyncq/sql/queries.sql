@@ -880,3 +880,11 @@ DELETE FROM asyncq_schedule_runs;
 DELETE FROM asyncq_schedules;
 DELETE FROM asyncq_rate_starts;
 DELETE FROM asyncq_result_listeners
+
+-- name: database_exists
+-- The embedded server: whether a project's database is there.
+SELECT EXISTS (SELECT FROM pg_database WHERE datname = %(name)s)
+
+-- name: create_database
+-- The embedded server: a project's database, made on its first use ({name}: an identifier).
+CREATE DATABASE {name}
