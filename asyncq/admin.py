@@ -261,7 +261,9 @@ class Horizon:
 class TableStats:
     """The jobs table's health: rows by state (done ones estimated from the statistics:
     counting them would read most of the table), what vacuum has to do and when it last
-    did it, sizes, what holds the vacuum horizon back, throughput, and warnings."""
+    did it, whether autovacuum runs (``autovacuum``: on the server; ``autovacuum_off``:
+    asyncq's tables it skips by their own setting), sizes, what holds the vacuum horizon
+    back, throughput, and warnings."""
 
     rows: dict[str, int]
     live_tuples: int
@@ -276,6 +278,8 @@ class TableStats:
     last_autoanalyze: datetime | None
     vacuum_count: int
     autovacuum_count: int
+    autovacuum: bool
+    autovacuum_off: list[str]
     now: datetime
     table_bytes: int
     index_bytes: int
@@ -381,6 +385,7 @@ async def stats(
     health = await store.table_health(conn)
     assert health is not None, "the jobs table has no statistics row"
     horizon = await store.oldest_snapshot(conn)
+    autovacuum, autovacuum_off = await store.autovacuum_off(conn)
     rows = dict(zip(("queued", "running", "failed", "cancelled"), counts, strict=True))
     rows["done"] = max(health[0] - sum(rows.values()), 0)  # estimated: live tuples less the rest
     found = TableStats(
@@ -397,6 +402,8 @@ async def stats(
         last_autoanalyze=health[9],
         vacuum_count=health[10],
         autovacuum_count=health[11],
+        autovacuum=autovacuum,
+        autovacuum_off=autovacuum_off,
         now=health[12],
         table_bytes=health[13],
         index_bytes=health[14],
@@ -411,6 +418,10 @@ async def stats(
 
 DEAD_TUPLES_FLOOR = 10_000  # below this, dead tuples are nothing to worry about
 AUTOVACUUM_LATE = timedelta(minutes=10)
+# Dead row versions per live row that warn however recently the table was vacuumed (a
+# claim steps over them all), once there are at least DEAD_PER_LIVE_FLOOR of them.
+DEAD_PER_LIVE = 4
+DEAD_PER_LIVE_FLOOR = 1_000
 
 
 def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
@@ -418,8 +429,10 @@ def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
 
     A snapshot older than ``max_snapshot_age`` seconds keeps every dead row version newer
     than it, in every table: vacuum runs and removes nothing, and the claim reads more
-    pages each time. Dead versions outnumbering live rows, with no autovacuum for a
-    while, mean autovacuum does not keep up (or does not run) for this table.
+    pages each time. More than `DEAD_PER_LIVE` dead versions per live row, whenever the
+    table was last vacuumed, or dead versions outnumbering live rows with no vacuum for
+    a while, mean vacuum does not keep up (or does not run) for this table. Autovacuum
+    turned off, on the server or for asyncq's tables, leaves them to manual VACUUMs.
     """
     found = []
     horizon = stats.horizon
@@ -434,14 +447,29 @@ def vacuum_warnings(stats: TableStats, *, max_snapshot_age: float) -> list[str]:
             f"vacuum is held back: {horizon.kind} {horizon.holder} is {horizon.xids}"
             " transactions behind; no dead row newer than it can be removed"
         )
+    dead, live = stats.dead_tuples, stats.live_tuples
     last = max((t for t in (stats.last_vacuum, stats.last_autovacuum) if t), default=None)
-    if stats.dead_tuples > max(DEAD_TUPLES_FLOOR, stats.live_tuples) and (
+    many = dead >= DEAD_PER_LIVE_FLOOR and dead > DEAD_PER_LIVE * live
+    late = dead > max(DEAD_TUPLES_FLOOR, live) and (
         last is None or stats.now - last > AUTOVACUUM_LATE
-    ):
-        since = since_then(last, stats.now)
+    )
+    if many or late:
         found.append(
-            f"vacuum is falling behind: {stats.dead_tuples} dead row versions against"
-            f" {stats.live_tuples} live ones, and the table was last vacuumed {since}"
+            f"vacuum is falling behind: {dead} dead row versions against {live} live ones"
+            f" ({dead / max(live, 1):.2f} per live row); the table was last vacuumed"
+            f" {since_then(last, stats.now)}"
+        )
+    if not stats.autovacuum:
+        found.append(
+            "autovacuum is off on this server (autovacuum = off): only a manual VACUUM"
+            " removes the jobs table's dead row versions, which every claim steps over"
+        )
+    if stats.autovacuum_off:
+        tables = ", ".join(stats.autovacuum_off)
+        found.append(
+            f"autovacuum is off for {tables} (autovacuum_enabled = false): only a manual"
+            f" VACUUM removes their dead row versions; ALTER TABLE ... RESET"
+            f" (autovacuum_enabled) turns it back on"
         )
     return found
 

@@ -83,7 +83,10 @@ class App:
     """An asyncq application: register tasks on it, open it, defer jobs, run workers.
 
     DSN resolution: the ``dsn`` argument, then ``$ASYNCQ_DSN``, then the embedded
-    PostgreSQL (``asyncq[embedded]``). Nothing connects until `open`.
+    PostgreSQL (``asyncq[embedded]``), in a database of the App's project, made on
+    first use: ``embedded_database``, else ``$ASYNCQ_EMBEDDED_DATABASE``, else
+    ``asyncq_<project directory>`` (see `asyncq.embedded`; the project is found from
+    the file of the module that makes the App). Nothing connects until `open`.
 
     The pool (``pool_max_size``, 10 by default) serves defers and whatever tasks do with
     ``app.pool``; a worker's own work (claims, outcomes, leases) has a pool of its own.
@@ -118,6 +121,7 @@ class App:
         listen_dsn: str | None = None,
         listen: bool = True,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        embedded_database: str | None = None,
     ) -> None:
         max_size = (
             max(DEFAULT_POOL_MAX_SIZE, pool_min_size) if pool_max_size is None else pool_max_size
@@ -147,6 +151,12 @@ class App:
                 f"prepare_threshold must be None or a whole number >= 0, not {prepare_threshold!r}"
             )
         _check_schema(schema)
+        if embedded_database is not None:
+            embedded.check_database_name(embedded_database)
+        self.embedded_database = embedded_database
+        # Where the App's project is (its database on the embedded server): found from
+        # this module's file when the embedded server is used.
+        self._origin = embedded.creating_module_file()
         self._dsn_argument = dsn
         self._listen_dsn_argument = listen_dsn
         self.listen = listen
@@ -427,7 +437,7 @@ class App:
         if from_env:
             logger.info("using PostgreSQL at %s (from ASYNCQ_DSN)", describe_dsn(from_env))
             return from_env
-        return embedded.start()
+        return embedded.start_for(self._origin, self.embedded_database)
 
     async def _resolve_dsn(self) -> str:
         return await anyio.to_thread.run_sync(self._resolve_dsn_sync)
@@ -542,7 +552,9 @@ class App:
         reads is made too (`asyncq_jobs_ready_by_task`).
         """
         limited = any(task.limits.any for task in self.tasks.values())
-        kwargs = self.connect_kwargs()
+        # Each statement of a migration runs once: preparing one gains nothing, and through
+        # PgBouncer in transaction mode the prepared statement is lost or taken.
+        kwargs = {**self.connect_kwargs(), "prepare_threshold": None}
         async with (
             await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as lock,
             await psycopg.AsyncConnection.connect(self.dsn, **kwargs) as conn,

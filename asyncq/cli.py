@@ -21,7 +21,7 @@ import asyncq
 from asyncq import admin, display, pools
 from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
-from asyncq.errors import AsyncqError, ConfigurationError
+from asyncq.errors import AsyncqError, ConfigurationError, SchemaNotMigrated
 from asyncq.logs import JsonFormatter
 from asyncq.worker import settings as worker_settings
 
@@ -53,26 +53,47 @@ def load_app(path: str) -> App:
     return obj
 
 
+GLOBAL_DEFAULTS = {"log_level": "INFO", "log_format": "text"}
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, defaults: dict[str, str]) -> None:
+    """The options every command takes, before the command or after it. A command's own
+    parser is given no defaults: what it does not see keeps the value given before it."""
+    parser.add_argument("--version", action="version", version=f"asyncq {asyncq.__version__}")
+    parser.add_argument(
+        "--log-level",
+        default=defaults.get("log_level", argparse.SUPPRESS),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=defaults.get("log_format", argparse.SUPPRESS),
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line with a stable 'action' key",
+    )
+
+
+class _Commands:
+    """The subcommands' parsers, each with the global options too."""
+
+    def __init__(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        self.subparsers = subparsers
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser = self.subparsers.add_parser(name, **kwargs)
+        _add_global_options(parser, defaults={})
+        return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncq",
         description="asyncq: an asyncio task queue on PostgreSQL.",
         epilog="The database is the App's DSN, else $ASYNCQ_DSN, else the embedded PostgreSQL.",
     )
-    parser.add_argument("--version", action="version", version=f"asyncq {asyncq.__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (default: INFO)",
-    )
-    parser.add_argument(
-        "--log-format",
-        default="text",
-        choices=["text", "json"],
-        help="text lines, or one JSON object per line with a stable 'action' key",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_global_options(parser, defaults=GLOBAL_DEFAULTS)
+    commands = _Commands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
 
     worker = commands.add_parser(
         "worker",
@@ -624,6 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (AsyncqError, psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, SchemaNotMigrated):  # the command to run, for this very App
+            message = message.replace("MODULE:APP", args.app)
         print(f"asyncq: error: {message}", file=sys.stderr)
         return 1
     except _Refused:

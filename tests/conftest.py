@@ -7,6 +7,7 @@ jobs table. Tests that need no database do not touch these fixtures.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -82,6 +83,21 @@ def dsn(session_dsn: str) -> str:
             " asyncq_rate_starts, asyncq_result_listeners RESTART IDENTITY"
         )
     return session_dsn
+
+
+@pytest.fixture
+def throwaway_dsn(server_dsn: str) -> Iterator[str]:
+    """A new, empty (never migrated) database on the test server, dropped afterwards."""
+    name = f"asyncq_throwaway_{secrets.token_hex(4)}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

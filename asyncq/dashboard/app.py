@@ -23,6 +23,7 @@ from asyncq.dashboard.csrf import FIELD, Csrf
 from asyncq.dashboard.guard import Authorize, Guard
 from asyncq.dashboard.hosts import AllowedHosts
 from asyncq.dashboard.login import Login
+from asyncq.errors import PreparedStatementsRefused, SchemaNotMigrated
 
 PAGE = 50
 MAX_PAGE = 1000
@@ -165,6 +166,13 @@ class Dashboard:
             return self.render(request, "missing.html", status=404, job_id=job_id)
         return self.render(request, "job.html", job=found, timeline=_timeline(found))
 
+    async def unusable(self, request: Request, exc: Exception) -> Response:
+        """A page that says why the database cannot serve the dashboard, and the cure:
+        the schema to migrate, prepared statements to turn off."""
+        if request.url.path.endswith("/metrics"):
+            return PlainTextResponse(f"{exc}\n", status_code=503)
+        return self.render(request, "unusable.html", status=503, problem=str(exc))
+
     async def metrics(self, request: Request) -> Response:
         async with pools.connection(self.app.pool) as conn:
             queues = await admin.queues(conn, self.app.store)
@@ -304,6 +312,8 @@ def build(
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         BadRequest: _bad_request,
         ValueError: _bad_request,  # admin refused an argument (InvalidName is one)
+        SchemaNotMigrated: dashboard.unusable,
+        PreparedStatementsRefused: dashboard.unusable,
     }
     starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
     return Guard(starlette, authorize, hosts=hosts, login=login)

@@ -584,6 +584,21 @@ SELECT s.n_live_tup, s.n_dead_tup, s.n_tup_ins, s.n_tup_upd, s.n_tup_hot_upd, s.
   FROM pg_stat_user_tables AS s
  WHERE s.relid = %(table)s::regclass
 
+-- name: autovacuum_off
+-- Whether the server runs autovacuum at all, and asyncq's tables (in the jobs table's
+-- schema) on which it is turned off (autovacuum_enabled false in their reloptions, in
+-- any spelling a boolean takes).
+SELECT current_setting('autovacuum')::boolean,
+       ARRAY(SELECT c.relname::text
+               FROM pg_class AS c, unnest(c.reloptions) AS o(setting)
+              WHERE c.relnamespace = (SELECT relnamespace FROM pg_class
+                                       WHERE oid = %(table)s::regclass)
+                AND c.relkind = 'r'
+                AND left(c.relname, 7) = 'asyncq_'
+                AND CASE WHEN split_part(o.setting, '=', 1) = 'autovacuum_enabled'
+                         THEN NOT split_part(o.setting, '=', 2)::boolean END
+              ORDER BY c.relname)
+
 -- name: index_sizes
 SELECT c.relname, pg_relation_size(c.oid)
   FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
@@ -684,3 +699,11 @@ DELETE FROM asyncq_schedule_runs;
 DELETE FROM asyncq_schedules;
 DELETE FROM asyncq_rate_starts;
 DELETE FROM asyncq_result_listeners
+
+-- name: database_exists
+-- The embedded server: whether a project's database is there.
+SELECT EXISTS (SELECT FROM pg_database WHERE datname = %(name)s)
+
+-- name: create_database
+-- The embedded server: a project's database, made on its first use ({name}: an identifier).
+CREATE DATABASE {name}

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -26,12 +26,12 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from asyncq import migrate, pools
-from asyncq.errors import ConfigurationError, SchemaNotMigrated
+from asyncq.errors import ConfigurationError, PreparedStatementsRefused, SchemaNotMigrated
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
 from asyncq.pools import reconnect_options
 from asyncq.schedule import Schedule
-from asyncq.store import Store, WorkerFacts
+from asyncq.store import REFUSED_PREPARED, Store, WorkerFacts, asyncq_error
 from asyncq.worker.aborts import AbortPoll
 from asyncq.worker.completer import Completer
 from asyncq.worker.dispatch import Dispatcher, State
@@ -291,6 +291,11 @@ class Worker:
                         with anyio.move_on_after(CLOSE_DEADLINE):
                             await completer.finish()
                     running.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            refused = _refused_prepared(group)
+            if refused is None:
+                raise
+            raise refused from refused.__cause__
         finally:
             threads.close()
             if restore:
@@ -335,9 +340,10 @@ class Worker:
             async with pools.connection(self.app_pool) as conn:
                 facts = await self.store.worker_facts(conn)
                 if facts is None:
-                    where = f"schema {self.store.schema!r}" if self.store.schema else "schema"
+                    schema = self.store.schema
+                    where = f", schema {schema!r}" if schema else ""
                     raise SchemaNotMigrated(
-                        f"there is no asyncq_jobs table in this database's {where}:"
+                        f"there is no asyncq_jobs table in database {conn.info.dbname!r}{where}:"
                         " run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first"
                     )
                 missing = await self.store.missing_worker_privileges(conn, facts.schema)
@@ -398,3 +404,26 @@ def _storable_in(server_encoding: str) -> Callable[[str], str]:
     if server_encoding in ("UTF8", "SQL_ASCII"):
         return lambda text: text
     return lambda text: text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _refused_prepared(group: BaseExceptionGroup[BaseException]) -> PreparedStatementsRefused | None:
+    """The one error to stop with when a service met a prepared statement lost or refused
+    (PgBouncer in transaction mode): it names the cure, where the group of every service's
+    error names none. Its cause is psycopg's error."""
+    for leaf in _leaves(group):
+        if isinstance(leaf, PreparedStatementsRefused):
+            return leaf
+        if isinstance(leaf, REFUSED_PREPARED):
+            found = asyncq_error(leaf)
+            assert isinstance(found, PreparedStatementsRefused)
+            found.__cause__ = leaf
+            return found
+    return None

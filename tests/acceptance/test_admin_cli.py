@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,17 @@ from tests.harness.app import APP, FAIL, NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
 from tests.harness.processes import Workers, wait_until
+
+SERVER_AUTOVACUUM_OFF = "autovacuum is off on this server"
+
+
+def warnings_of(stderr: str) -> list[str]:
+    """The warning lines, less the one of a test server that runs without autovacuum."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith("WARNING") and SERVER_AUTOVACUUM_OFF not in line
+    ]
 
 
 def settled(db: Any, ids: list[int]) -> bool:
@@ -96,7 +108,7 @@ def test_stats_warns_while_an_old_snapshot_holds_vacuum_back(
 ) -> None:
     quiet = workers.cli("stats", APP, "--json")
     assert quiet.returncode == 0, quiet.stderr
-    assert "WARNING" not in quiet.stderr
+    assert not warnings_of(quiet.stderr)
 
     # A session that took a snapshot and stays in its transaction, while jobs churn.
     with psycopg.connect(dsn) as holder:
@@ -110,10 +122,9 @@ def test_stats_warns_while_an_old_snapshot_holds_vacuum_back(
         time.sleep(1.1)
         held = workers.cli("stats", APP, "--max-snapshot-age", "1s")
         assert held.returncode == 0, held.stderr
-        warning = [line for line in held.stderr.splitlines() if line.startswith("WARNING")]
+        warning = [line for line in warnings_of(held.stderr) if "vacuum is held back" in line]
         assert warning, held.stdout + held.stderr
-        assert "vacuum is held back" in warning[0] and "forgotten report" in warning[0]
-        assert "idle in transaction" in warning[0]
+        assert "forgotten report" in warning[0] and "idle in transaction" in warning[0]
         text = held.stdout
         assert "oldest snapshot: session pid" in text and "forgotten report" in text
         dead = json.loads(workers.cli("stats", APP, "--json").stdout)["dead_tuples"]
@@ -125,6 +136,50 @@ def test_stats_warns_while_an_old_snapshot_holds_vacuum_back(
     after = workers.cli("stats", APP, "--max-snapshot-age", "1s", "--json")
     assert "vacuum is held back" not in after.stderr
     assert json.loads(after.stdout)["dead_tuples"] < dead
+
+
+def test_stats_warns_when_autovacuum_is_off_for_the_table_however_recent_the_vacuum(
+    db, workers: Workers
+) -> None:
+    """Autovacuum turned off on the jobs table, and ten dead row versions per live row
+    left by a delete right after a manual VACUUM: both are warned of."""
+    db.execute("ALTER TABLE asyncq_jobs SET (autovacuum_enabled = off)")
+    try:
+        db.execute(
+            "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+            " SELECT 'old', 'done', now() FROM generate_series(1, 11000)"
+        )
+
+        def reported(live: int, dead: int) -> Callable[[], bool]:
+            # The statistics of a statement arrive a moment after it ends.
+            return lambda: (
+                db.execute(
+                    "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables"
+                    " WHERE relid = 'asyncq_jobs'::regclass"
+                ).fetchone()
+                == (live, dead)
+            )
+
+        wait_until(reported(11000, 0), 15, "the statistics to count the insert")
+        db.execute("VACUUM asyncq_jobs")
+        db.execute("DELETE FROM asyncq_jobs WHERE id > 1000")
+        wait_until(reported(1000, 10000), 15, "the statistics to count the delete")
+        run = workers.cli("stats", APP)
+        assert run.returncode == 0, run.stderr
+        assert "(10.00 dead per live)" in run.stdout
+        warnings = warnings_of(run.stderr)
+        assert len(warnings) == 2, run.stderr
+        assert warnings[0].startswith("WARNING: vacuum is falling behind: 10000 dead row")
+        assert "(10.00 per live row)" in warnings[0]
+        assert warnings[1].startswith("WARNING: autovacuum is off for asyncq_jobs")
+        assert "RESET (autovacuum_enabled)" in warnings[1]
+        found = json.loads(workers.cli("stats", APP, "--json").stdout)
+        assert found["autovacuum_off"] == ["asyncq_jobs"]
+    finally:
+        db.execute("ALTER TABLE asyncq_jobs RESET (autovacuum_enabled)")
+    db.execute("VACUUM asyncq_jobs")
+    run = workers.cli("stats", APP)
+    assert not warnings_of(run.stderr), run.stderr
 
 
 def test_prune_deletes_old_done_jobs_in_batches_and_keeps_the_rest(db, workers: Workers) -> None:

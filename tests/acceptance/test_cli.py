@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -128,6 +129,34 @@ def empty_database(server_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker"],
+        ["jobs"],
+        ["job", "1"],
+        ["queues"],
+        ["stats"],
+        ["schedules"],
+        ["cancel", "1"],
+        ["pause", "q"],
+        ["resume", "q"],
+        ["requeue", "1"],
+        ["requeue", "--all-failed"],
+        ["prune"],
+    ],
+    ids=" ".join,
+)
+def test_every_command_on_a_never_migrated_database_names_the_migrate_command(
+    workers: Workers, empty_database: str, command: list[str]
+) -> None:
+    env = workers.env(ASYNCQ_DSN=empty_database)
+    error = one_line_error(workers.cli(command[0], APP, *command[1:], env=env))
+    assert f"run `asyncq migrate {APP}` (or `await app.migrate()`)" in error, error
+    database = conninfo_to_dict(empty_database)["dbname"]
+    assert re.search(rf"there is no asyncq_[a-z_]+ table in database '{database}'", error), error
 
 
 def test_a_never_migrated_database_says_to_migrate_then_works(

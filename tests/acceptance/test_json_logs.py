@@ -35,3 +35,15 @@ def test_every_line_is_a_json_object_with_an_action(db, workers: Workers) -> Non
     [failed] = by_action["job_failed"]
     assert (failed["job_id"], failed["task"], failed["attempt"]) == (failing[0], FAIL, 1)
     assert failed["level"] == "ERROR"
+
+
+def test_the_contract_form_with_the_option_after_the_command(db, workers: Workers) -> None:
+    """``asyncq worker MODULE:APP --log-format json``, as the contract writes it."""
+    [job] = insert_jobs(db, SLEEP, [{"seconds": 0}])
+    run = workers.cli(
+        "worker", "tests.harness.app:app", "--drain", "--log-format", "json", "--log-level", "DEBUG"
+    )
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.strip()]
+    assert lines and all("action" in line for line in lines)
+    assert [line["job_id"] for line in lines if line["action"] == "job_done"] == [job]

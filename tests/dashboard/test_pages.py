@@ -9,7 +9,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.dashboard.conftest import Job, needs_the_extra
+import asyncq
+from tests.dashboard.conftest import Job, client_for, needs_the_extra
 
 needs_the_extra()
 pytestmark = pytest.mark.anyio
@@ -127,3 +128,33 @@ def _more(html: str) -> str:
     found = re.search(r'<a id="more" href="([^"]+)"', html)
     assert found, "no link to more jobs"
     return found[1].replace("&amp;", "&")
+
+
+async def test_the_queues_page_warns_when_autovacuum_is_off_for_the_jobs_table(
+    client: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    db.execute("ALTER TABLE asyncq_jobs SET (autovacuum_enabled = false)")
+    try:
+        page = await client.get("/")
+    finally:
+        db.execute("ALTER TABLE asyncq_jobs RESET (autovacuum_enabled)")
+    assert page.status_code == 200
+    warnings = re.findall(r'<p class="warning">([^<]*)</p>', page.text)
+    assert [w for w in warnings if w.startswith("autovacuum is off for asyncq_jobs")], warnings
+
+
+async def test_a_never_migrated_database_gets_a_page_that_says_to_migrate(
+    throwaway_dsn: str,
+) -> None:
+    from asyncq.dashboard import create_app
+
+    async with asyncq.App(throwaway_dsn) as app, client_for(create_app(app)) as client:
+        for path in ("/", "/jobs", "/jobs/1", "/jobs?status=failed"):
+            page = await client.get(path)
+            assert page.status_code == 503, (path, page.text)
+            assert page.headers["content-type"].startswith("text/html")
+            [problem] = re.findall(r'<p class="warning" id="problem">([^<]*)</p>', page.text)
+            assert problem.startswith("there is no asyncq_"), problem
+            assert "run `asyncq migrate MODULE:APP` (or `await app.migrate()`) first" in problem
+        metrics = await client.get("/metrics")
+        assert metrics.status_code == 503 and "asyncq migrate" in metrics.text

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import asyncq
 
@@ -61,25 +59,6 @@ async def aconn(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """An autocommit async connection to the test database (usable inside tasks)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         yield conn
-
-
-def _with_dbname(dsn: str, dbname: str) -> str:
-    params = conninfo_to_dict(dsn)
-    params["dbname"] = dbname
-    return make_conninfo(**params)
-
-
-@pytest.fixture
-def throwaway_dsn(server_dsn: str) -> Iterator[str]:
-    """A new, empty (never migrated) database on the test server, dropped afterwards."""
-    name = f"asyncq_throwaway_{secrets.token_hex(4)}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield _with_dbname(server_dsn, name)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def count_jobs(db: psycopg.Connection[tuple[Any, ...]]) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -76,6 +78,58 @@ async def test_worker_on_an_unmigrated_database_says_to_migrate(throwaway_dsn: s
     # run_worker opened the App itself and closed it again.
     with pytest.raises(asyncq.AppNotOpen):
         _ = app.pool
+
+
+async def test_every_call_on_an_unmigrated_database_says_to_migrate(throwaway_dsn: str) -> None:
+    """Defers of every kind, results and the admin calls raise `SchemaNotMigrated`, which
+    names the command to run and the database, chained from psycopg's UndefinedTable."""
+    app = asyncq.App(throwaway_dsn)
+    database = psycopg.conninfo.conninfo_to_dict(throwaway_dsn)["dbname"]
+
+    @app.task(name="unmigrated.job")
+    async def job(n: int) -> None:
+        pass
+
+    @app.task(name="unmigrated.sync_job")
+    def sync_job(n: int) -> None:
+        pass
+
+    async def gathered() -> None:
+        # Concurrent defers: the first writes alone, the others gather into one INSERT.
+        ended = await asyncio.gather(*(job.defer(n) for n in range(5)), return_exceptions=True)
+        assert all(isinstance(e, asyncq.SchemaNotMigrated) for e in ended), ended
+        raise ended[-1]
+
+    async def in_a_transaction() -> None:
+        async with app.pool.connection() as conn, conn.transaction():
+            await job.options(conn=conn).defer(1)
+
+    async with app:
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            "defer": lambda: job.defer(1),
+            "defer unique": lambda: job.options(unique_key="k").defer(1),
+            "defer later": lambda: job.options(delay=5).defer(1),
+            "defer_many": lambda: job.defer_many([{"n": 1}, {"n": 2}]),
+            "gathered defers": gathered,
+            "defer in a transaction": in_a_transaction,
+            "defer_sync": lambda: anyio.to_thread.run_sync(lambda: sync_job.defer_sync(1)),
+            "result": lambda: app.result(1, timeout=10),
+            "cancel": lambda: app.cancel(1),
+            "requeue": lambda: app.requeue([1]),
+            "requeue failed": lambda: app.requeue(queues=["default"]),
+            "pause": lambda: app.pause("default"),
+            "resume": lambda: app.resume("default"),
+            "list_schedules": app.list_schedules,
+        }
+        for what, call in calls.items():
+            with pytest.raises(asyncq.SchemaNotMigrated) as raised:
+                with anyio.fail_after(10):
+                    await call()
+            message = str(raised.value)
+            assert "`asyncq migrate MODULE:APP` (or `await app.migrate()`)" in message, what
+            assert f"in database {database!r}" in message, (what, message)
+            cause = raised.value.__cause__
+            assert isinstance(cause, psycopg.errors.UndefinedTable), (what, cause)
 
 
 async def test_worker_on_an_outdated_schema_says_to_migrate(throwaway_dsn: str) -> None:
