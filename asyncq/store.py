@@ -152,24 +152,29 @@ REFUSED_PREPARED: tuple[type[errors.Error], ...] = (
     errors.DuplicatePreparedStatement,
     errors.InvalidSqlStatementName,
 )
-_MEANINGFUL: tuple[type[errors.Error], ...] = (errors.UndefinedTable, *REFUSED_PREPARED)
+_MEANINGFUL: tuple[type[errors.Error], ...] = (
+    errors.UndefinedTable,
+    errors.UndefinedFunction,
+    *REFUSED_PREPARED,
+)
 
 
 def asyncq_error(
     exc: BaseException, *, database: str | None = None, schema: str | None = None
 ) -> AsyncqError | None:
     """The asyncq error that ``exc``, met by one of asyncq's statements, means: a missing
-    asyncq table (`SchemaNotMigrated`), a prepared statement lost or refused
+    asyncq table or function (`SchemaNotMigrated`), a prepared statement lost or refused
     (`PreparedStatementsRefused`); None for any other."""
-    if isinstance(exc, errors.UndefinedTable):
+    if isinstance(exc, errors.UndefinedTable | errors.UndefinedFunction):
         missing = _OBJECTS.search(exc.diag.message_primary or "")
-        if missing is None:  # not one of asyncq's tables
+        if missing is None:  # not one of asyncq's tables or functions
             return None
+        what = "table" if isinstance(exc, errors.UndefinedTable) else "function"
         where = "" if database is None else f" in database {database!r}"
         if schema is not None:
             where += f", schema {schema!r}"
         return SchemaNotMigrated(
-            f"there is no {missing[1]} table{where}: run `asyncq migrate MODULE:APP`"
+            f"there is no {missing[1]} {what}{where}: run `asyncq migrate MODULE:APP`"
             " (or `await app.migrate()`) first"
         )
     if isinstance(exc, REFUSED_PREPARED):
