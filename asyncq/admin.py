@@ -18,6 +18,7 @@ from psycopg.pq import TransactionStatus
 from asyncq.codec import validate_name
 from asyncq.display import age
 from asyncq.display import since as since_then
+from asyncq.errors import JobNotFound
 from asyncq.job import Status
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store, SyncConn
@@ -163,6 +164,23 @@ async def _cancel(conn: Conn, store: Store, ids: list[int]) -> dict[int, str]:
             if tries == CANCEL_TRIES or conn.info.transaction_status != TransactionStatus.IDLE:
                 raise
             tries += 1
+
+
+async def retry(conn: Conn, store: Store, job_id: int, *, from_step: str | None) -> str:
+    """Run an ended job again, from ``from_step`` if given: the status it had."""
+    [wanted] = job_ids([job_id])
+    if from_step is not None and (not isinstance(from_step, str) or not from_step):
+        raise ValueError(f"from_step must be a step's name, not {from_step!r}")
+    was, _ = await store.retry(conn, job_id=wanted, from_step=from_step)
+    if was is None:
+        raise JobNotFound(
+            f"no job has the id {wanted} (it never existed, or was pruned)", job_id=wanted
+        )
+    if was == "no step":
+        raise ValueError(f"job {wanted} has no step named {from_step!r}")
+    if was not in ("done", "failed", "cancelled"):
+        raise ValueError(f"job {wanted} is {was}: only a job that ended can run again")
+    return was
 
 
 async def pause(conn: Conn, store: Store, queue: str) -> bool:

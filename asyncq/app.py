@@ -20,7 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from asyncq import admin, codec, embedded, migrate, pools
+from asyncq import admin, codec, connections, embedded, migrate, pools, workflow
 from asyncq.admin import RequeueResult, ScheduleInfo
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
@@ -592,6 +592,31 @@ class App:
         """
         async with pools.connection(self.pool) as conn:
             return await admin.cancel(conn, self.store, job_ids)
+
+    async def emit_event(self, key: str, payload: Any = None, *, conn: Any = None) -> bool:
+        """Emit the event ``key`` with ``payload`` (JSON, at most 1 MiB): every job waiting
+        for it (``ctx.wait_for_event(key)``) is queued, and a wait that starts later returns
+        it at once. A key is emitted once: the first emit wins and is kept (True); a later
+        one changes nothing (False). With ``conn`` (a psycopg ``AsyncConnection``, or a
+        SQLAlchemy session), the emit joins the caller's transaction: it commits, and
+        wakes its waiters, with it, or not at all. Events are kept for the App's
+        retention."""
+        text = workflow.event_json(key, payload)
+        if conn is not None:
+            own = await connections.async_connection(conn)
+            return await self.store.emit_event(own, key=key, payload=text)
+        async with pools.connection(self.pool) as pooled:
+            return await self.store.emit_event(pooled, key=key, payload=text)
+
+    async def retry(self, job_id: int, *, from_step: str | None = None) -> str:
+        """Run a job that ended (``done``, ``failed`` or ``cancelled``) again: queued, its
+        attempts reset, the steps that finished keeping their results (the job goes on
+        from where it stopped). With ``from_step``, that step (its first call) and every
+        step recorded after it run again; earlier ones keep their results. Returns the
+        status the job had; `JobNotFound` for an unknown id, `ValueError` for a job that
+        has not ended or has no step of that name."""
+        async with pools.connection(self.pool) as conn:
+            return await admin.retry(conn, self.store, job_id, from_step=from_step)
 
     async def pause(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue`` (running jobs finish; defers still

@@ -88,6 +88,12 @@ def encode_result(task_name: str, result: Any, max_bytes: int = MAX_RESULT_BYTES
     return _storable_json(result, f"the result of {task_name}", max_bytes, "the cap of results")
 
 
+def encode_json(value: Any, what: str, max_bytes: int, cap: str) -> str:
+    """``value`` (``what``, as an error names it) as JSON text that PostgreSQL can store,
+    within ``max_bytes`` (``cap`` names the limit)."""
+    return _storable_json(value, what, max_bytes, cap)
+
+
 def _storable_json(value: Any, what: str, max_bytes: int, cap: str, *, plural: bool = False) -> str:
     if plural:
         are, contain, refer = "are", "contain", "refer to themselves"

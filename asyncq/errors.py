@@ -15,7 +15,10 @@
     ├── NotInJob                  current_job() outside a running job
     ├── JobNotFound               app.result() for an id no job has
     ├── JobFailed                 app.result() for a job that failed (.job_id, .last_error)
-    └── JobCancelled              app.result() for a job that was cancelled (.job_id)
+    ├── JobCancelled              app.result() for a job that was cancelled (.job_id)
+    ├── ChildFailed               ctx.gather() of a job that failed or was cancelled
+    ├── EventTimeout              ctx.wait_for_event() past its timeout (also TimeoutError)
+    └── NotInWorkflow             a workflow call where a worker cannot checkpoint it
 
 Each error's docstring is its default message.
 """
@@ -108,3 +111,20 @@ class JobFailed(_JobEnded):
 
 class JobCancelled(_JobEnded):
     """The job was cancelled."""
+
+
+class ChildFailed(_JobEnded):
+    """A job that ctx.gather() waited for failed or was cancelled (.job_id, .last_error)."""
+
+
+class EventTimeout(AsyncqError, TimeoutError):
+    """ctx.wait_for_event() waited past its timeout (.key)."""
+
+    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class NotInWorkflow(AsyncqError):
+    """Steps, sleeps, waits and children need an ``async def`` task run by a worker (or
+    by asyncq.testing)."""

@@ -28,19 +28,28 @@ from __future__ import annotations
 import contextvars
 import enum
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import NamedTuple
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, overload
 
 from asyncq.errors import NotInJob
+from asyncq.workflow import Gateway, Run, sleep_seconds
+
+if TYPE_CHECKING:
+    pass
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Status(enum.StrEnum):
     """A job's state, the ``status`` column of ``asyncq_jobs``: ``queued``, ``running``,
-    ``done``, ``failed`` or ``cancelled``."""
+    ``waiting``, ``done``, ``failed`` or ``cancelled``."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -83,6 +92,8 @@ class JobContext:
     """The slot of the schedule that made this job (None for a job deferred otherwise)."""
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
     """Set when the worker stops the attempt of a plain ``def`` task (None otherwise)."""
+    workflow: Run | None = field(default=None, repr=False, compare=False)
+    """The attempt's steps, sleeps, waits and children (see `asyncq.workflow`)."""
 
     @property
     def stop_requested(self) -> bool:
@@ -93,12 +104,98 @@ class JobContext:
         ``async def`` task, which is cancelled instead."""
         return self.stop_event is not None and self.stop_event.is_set()
 
+    def _run(self) -> Run:
+        if self.workflow is None:
+            raise NotInJob("this job context has no workflow: it is not a running job's")
+        return self.workflow
 
-# What the running attempt's context is made of: its job, the worker's id and the stop
-# event of a plain ``def`` task. The JobContext itself is made by the first current_job()
-# of the attempt: most tasks never ask, and a frozen dataclass costs about 2 µs to make,
-# a tenth of what the worker spends on a short job.
-_Parts = tuple[Job, str, threading.Event | None]
+    # -- steps and durable waits (asyncq.workflow says what runs again) ------------------
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (a plain function, called on the event loop, or a
+        coroutine function) once for this job, and store what it returns (JSON, at most
+        1 MiB). When the job runs again (a retry, a hand-back, a crash, a sleep or a wait),
+        the step returns the stored result without calling ``fn``: the n-th call of a
+        name in a run gets the n-th result stored under that name. It returns what JSON
+        gives back (a tuple as a list), the same in every run. A step that raises fails
+        the attempt as any error does; the steps that finished are not repeated."""
+        return await self._run().step(name, fn, args, kwargs)
+
+    async def step_tx(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """A step whose own SQL commits with its checkpoint, exactly once:
+        ``fn(conn, *args, **kwargs)`` gets a psycopg ``AsyncConnection`` of the App's in
+        a transaction that also records the step. The transaction commits only while the
+        job is still this attempt's; otherwise (a lost lease) it rolls back and the
+        attempt ends. When the job runs again, the step returns its stored result."""
+        return await self._run().step_tx(name, fn, args, kwargs)
+
+    async def sleep(self, duration: float | timedelta) -> None:
+        """Suspend the job for ``duration`` (seconds, or a timedelta), durably: this run
+        ends (the attempt does not count; the worker's slot is freed) and the job runs
+        again, on any worker, once the time has passed, its steps returning their
+        results; when it reaches this sleep again, the sleep is over."""
+        await self._run().sleep_until(None, sleep_seconds(duration))
+
+    async def sleep_until(self, when: datetime) -> None:
+        """`sleep` until ``when`` (an aware datetime)."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise ValueError(f"sleep_until takes an aware datetime, not {when!r}")
+        await self._run().sleep_until(when)
+
+    async def wait_for_event(
+        self,
+        key: str,
+        *,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - durable, across runs
+    ) -> Any:
+        """The payload of the event ``key``: at once when it was emitted already (the
+        first emit of a key wins and is kept), else the job waits (suspended, as by a
+        sleep) until ``app.emit_event(key, ...)`` is called anywhere, and runs again. After
+        ``timeout`` (counted from the first wait, in every run), `asyncq.EventTimeout`."""
+        seconds = None if timeout is None else sleep_seconds(timeout)
+        return await self._run().wait_for_event(key, seconds)
+
+    async def spawn(self, task: Any, /, *args: Any, **kwargs: Any) -> int:
+        """Defer a child job of this one (``task``, or ``task.options(queue=..., ...)``),
+        durably: when the job runs again, the same call returns the same id and writes
+        nothing. Returns the child's id, for `gather`."""
+        return await self._run().spawn(task, args, kwargs)
+
+    async def spawn_many(self, task: Any, kwargs_list: Sequence[dict[str, Any]], /) -> list[int]:
+        """`spawn` of one child per dict of keyword arguments, in one statement."""
+        return await self._run().spawn_many(task, list(kwargs_list))
+
+    async def gather(self, ids: Sequence[int], *, return_exceptions: bool = False) -> list[Any]:
+        """The results of the jobs ``ids``, in their order, once every one of them has
+        ended: until then the job waits (suspended, its slot freed) and runs again when
+        the last one ends. A job that failed or was cancelled raises `asyncq.ChildFailed`
+        (with ``return_exceptions``, it stands in the list instead)."""
+        return await self._run().gather(ids, return_exceptions=return_exceptions)
+
+
+# What the running attempt's context is made of: its job, the worker's id, the stop
+# event of a plain ``def`` task, and what its workflow calls write through. The
+# JobContext itself is made by the first current_job() of the attempt: most tasks never
+# ask, and a frozen dataclass costs about 2 µs to make, a tenth of what the worker
+# spends on a short job.
+_Parts = tuple[Job, str, threading.Event | None, Gateway | None]
 # The attempt running in this context: set by the worker around each attempt, to its
 # parts; `current_job` makes its JobContext from them on first use.
 running_job: contextvars.ContextVar[JobContext | _Parts] = contextvars.ContextVar(
@@ -122,7 +219,12 @@ def current_job() -> JobContext:
     return context
 
 
-def job_context(job: Job, worker: str, stop_event: threading.Event | None = None) -> JobContext:
+def job_context(
+    job: Job,
+    worker: str,
+    stop_event: threading.Event | None = None,
+    gateway: Gateway | None = None,
+) -> JobContext:
     """The `JobContext` of an attempt of ``job`` run by ``worker``."""
     scheduled_at = job.scheduled_at
     return JobContext(
@@ -134,13 +236,17 @@ def job_context(job: Job, worker: str, stop_event: threading.Event | None = None
         worker=worker,
         scheduled_at=None if scheduled_at is None else scheduled_at.astimezone(UTC),
         stop_event=stop_event,
+        workflow=Run(job, gateway),
     )
 
 
 def set_current_job(
-    job: Job, worker: str, stop_event: threading.Event | None = None
+    job: Job,
+    worker: str,
+    stop_event: threading.Event | None = None,
+    gateway: Gateway | None = None,
 ) -> contextvars.Token[JobContext | _Parts]:
-    return running_job.set((job, worker, stop_event))
+    return running_job.set((job, worker, stop_event, gateway))
 
 
 def reset_current_job(token: contextvars.Token[JobContext | _Parts]) -> None:

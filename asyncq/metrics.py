@@ -32,6 +32,7 @@ _OUTCOMES = {
     Kind.SNOOZE: "snoozed",
     Kind.RELEASE: "handed_back",
     Kind.CANCEL: "cancelled",
+    Kind.SUSPEND: "suspended",
 }
 
 

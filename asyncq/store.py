@@ -543,18 +543,29 @@ class Store:
 
     async def missing_worker_privileges(self, conn: Conn, schema: str) -> list[str]:
         """What the connected role lacks to run a worker on ``schema``'s jobs table."""
-        table, migrations, queues, listeners = (
+        table, migrations, queues, listeners, steps, waits, events = (
             sql.Identifier(schema, name).as_string(conn)
             for name in (
                 "asyncq_jobs",
                 "asyncq_migrations",
                 "asyncq_queues",
                 "asyncq_result_listeners",
+                "asyncq_steps",
+                "asyncq_waits",
+                "asyncq_events",
             )
         )
         cur = await conn.execute(
             self.q["missing_worker_privileges"],
-            {"table": table, "migrations": migrations, "queues": queues, "listeners": listeners},
+            {
+                "table": table,
+                "migrations": migrations,
+                "queues": queues,
+                "listeners": listeners,
+                "steps": steps,
+                "waits": waits,
+                "events": events,
+            },
         )
         return [str(row[0]) for row in await cur.fetchall()]
 
@@ -762,6 +773,186 @@ class Store:
     async def list_schedules(self, conn: Conn) -> list[ScheduleRow]:
         cur = await conn.execute(self.q["list_schedules"])
         return [ScheduleRow._make(row) for row in await cur.fetchall()]
+
+    # -- work that spans jobs (asyncq.workflow) ------------------------------------------
+
+    async def write_steps(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        names: Sequence[str],
+        seqs: Sequence[int],
+        results: Sequence[str],
+        started: Sequence[datetime],
+    ) -> list[tuple[int, str, int, str, str | None]]:
+        """Record steps of running jobs (one per element of ``jobs``, which may repeat):
+        (job id, name, seq, 'written' | 'exists' | 'lost', the result stored before)."""
+        attempts = [j.attempt for j in jobs]
+        params = _fence(
+            worker,
+            jobs,
+            names=names,
+            seqs=seqs,
+            results=results,
+            attempts=attempts,
+            started=started,
+        )
+        cur = await conn.execute(self.q["write_steps"], params)
+        return [(int(r[0]), str(r[1]), int(r[2]), str(r[3]), r[4]) for r in await cur.fetchall()]
+
+    async def write_step_in_transaction(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        job: Job,
+        name: str,
+        seq: int,
+        result: str,
+        started: datetime,
+    ) -> tuple[str, str | None]:
+        params = {
+            "worker": worker,
+            "id": job.id,
+            "claim": job.claim,
+            "name": name,
+            "seq": seq,
+            "result": result,
+            "attempt": job.attempt,
+            "started": started,
+        }
+        row = await (await conn.execute(self.q["write_step_in_transaction"], params)).fetchone()
+        assert row is not None
+        return str(row[0]), row[1]
+
+    async def job_steps(self, conn: Conn, *, job_id: int) -> dict[tuple[str, int], str | None]:
+        cur = await conn.execute(self.q["job_steps"], {"id": job_id})
+        return {(str(r[0]), int(r[1])): r[2] for r in await cur.fetchall()}
+
+    async def suspend(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        job: Job,
+        kind: str,
+        until: datetime | None,
+        seconds: float | None,
+        key: str | None,
+        awaited: Sequence[int],
+        step: str | None,
+        seq: int,
+    ) -> tuple[str, str | None, datetime | None]:
+        params = {
+            "worker": worker,
+            "id": job.id,
+            "claim": job.claim,
+            "kind": kind,
+            "until": until,
+            "seconds": seconds,
+            "key": key,
+            "awaited": _bigint_array(sorted(awaited)) if awaited else None,
+            "step": step,
+            "seq": seq,
+            "attempt": job.attempt,
+        }
+        row = await (await conn.execute(self.q["suspend"], params)).fetchone()
+        assert row is not None
+        return str(row[0]), row[1], row[2]
+
+    async def spawn(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        job: Job,
+        step: str,
+        seq: int,
+        task_name: str,
+        queue: str,
+        args: str,
+        priority: int,
+        max_attempts: int,
+    ) -> list[int] | None:
+        params = {
+            "worker": worker,
+            "id": job.id,
+            "claim": job.claim,
+            "attempt": job.attempt,
+            "step": step,
+            "seq": seq,
+            "task_name": task_name,
+            "queue": queue,
+            "args": args,
+            "priority": priority,
+            "max_attempts": max_attempts,
+        }
+        row = await (await conn.execute(self.q["spawn"], params)).fetchone()
+        return None if row is None or row[0] is None else [int(i) for i in row[0]]
+
+    @_translating
+    async def emit_event(self, conn: Conn, *, key: str, payload: str) -> bool:
+        row = await (
+            await conn.execute(self.q["emit_event"], {"key": key, "payload": payload})
+        ).fetchone()
+        return bool(row and row[0])
+
+    def emit_event_sync(self, conn: SyncConn, *, key: str, payload: str) -> bool:
+        row = conn.execute(self.q["emit_event"], {"key": key, "payload": payload}).fetchone()
+        return bool(row and row[0])
+
+    async def wake_due(self, conn: Conn, *, limit: int) -> int:
+        row = await (await conn.execute(self.q["wake_due"], {"limit": limit})).fetchone()
+        return int(row[0]) if row else 0
+
+    async def next_wake(self, conn: Conn) -> float | None:
+        row = await (await conn.execute(self.q["next_wake"])).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def wake_lost(self, conn: Conn, *, limit: int) -> list[int]:
+        cur = await conn.execute(self.q["wake_lost"], {"limit": limit})
+        return [int(r[0]) for r in await cur.fetchall()]
+
+    async def defer_after(
+        self, conn: Conn, *, jobs: NewJob, after: Sequence[int], failure: str
+    ) -> list[int]:
+        """One job per element of ``jobs.args`` (a JSON array), to run after ``after``."""
+        params = {
+            "task_name": jobs.task_name,
+            "queue": jobs.queue,
+            "args": jobs.args,
+            "priority": jobs.priority,
+            "max_attempts": jobs.max_attempts,
+            "after": _bigint_array(list(after)),
+            "failure": failure,
+        }
+        cur = await conn.execute(self.q["defer_after"], params)
+        return [int(r[0]) for r in await cur.fetchall()]
+
+    @_translating
+    async def retry(
+        self, conn: Conn, *, job_id: int, from_step: str | None
+    ) -> tuple[str | None, int]:
+        """Run an ended job again (from ``from_step``): the status it had (None: no such
+        job; 'no step': it has no step of that name), and how many steps it forgot."""
+        params = {"id": job_id, "from_step": from_step}
+        row = await (await conn.execute(self.q["retry"], params)).fetchone()
+        assert row is not None
+        return row[0], int(row[1])
+
+    async def prune_events(self, conn: Conn, *, retention: timedelta, limit: int) -> int:
+        params = {"retention": retention, "limit": limit}
+        row = await (await conn.execute(self.q["prune_events"], params)).fetchone()
+        return int(row[0]) if row else 0
+
+    @_translating
+    async def job_workflow(
+        self, conn: Conn, *, job_id: int, children: int
+    ) -> tuple[Any, ...] | None:
+        cur = await conn.execute(self.q["job_workflow"], {"id": job_id, "children": children})
+        return await cur.fetchone()
 
     # -- asyncq.testing ----------------------------------------------------------------
 

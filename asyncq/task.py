@@ -51,6 +51,17 @@ class JobWriter(Protocol):
         """One job per element of ``jobs.args`` (a JSON array), in one statement."""
         ...
 
+    async def write_after(
+        self,
+        jobs: NewJob,
+        *,
+        after: list[int],
+        failure: str,
+        conn: AsyncConnection[Any] | None,
+    ) -> list[int]:
+        """One job per element of ``jobs.args``, each to run once the jobs ``after`` end."""
+        ...
+
     def write_sync(
         self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
     ) -> int:
@@ -68,6 +79,28 @@ class DeferOptions:
     unique_key: str | None = None
     max_attempts: int
     group: str | None = None
+    after: tuple[int, ...] | None = None
+    on_parent_failure: str = "cancel"
+
+
+AFTER_FAILURE = ("cancel", "run")
+MAX_AFTER = 10_000
+
+
+def _after(after: object) -> tuple[int, ...] | None:
+    if after is None:
+        return None
+    if isinstance(after, str | bytes) or not hasattr(after, "__iter__"):
+        raise TypeError(f"after must be a list of job ids, not {after!r}")
+    ids = tuple(after)
+    if not ids:
+        raise ValueError("after must name at least one job")
+    if len(ids) > MAX_AFTER:
+        raise ValueError(f"after may name at most {MAX_AFTER} jobs, not {len(ids)}")
+    for job_id in ids:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+            raise TypeError(f"after must be a list of job ids (ints from 1), not {job_id!r}")
+    return ids
 
 
 def _int(value: object, name: str, minimum: int) -> None:
@@ -96,6 +129,26 @@ def _check_options(options: DeferOptions) -> DeferOptions:
             raise ValueError(
                 f"unique_key must be at most {MAX_UNIQUE_KEY_BYTES} bytes of UTF-8, not"
                 f" {size} (a longer key can be hashed, as hashlib.sha256(...).hexdigest())"
+            )
+    if options.on_parent_failure not in AFTER_FAILURE:
+        raise ValueError(
+            f"on_parent_failure must be 'cancel' or 'run', not {options.on_parent_failure!r}"
+        )
+    if options.after is not None:
+        given = [
+            name
+            for name, value in (
+                ("delay", options.delay),
+                ("run_at", options.run_at),
+                ("unique_key", options.unique_key),
+                ("group", options.group),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"after= cannot be combined with {', '.join(given)}: a job that runs after"
+                " others is queued when they end"
             )
     group = options.group
     if group is not None:
@@ -194,6 +247,8 @@ class Task(Generic[P, R]):
         unique_key: str | None = None,
         max_attempts: int | None = None,
         group: str | None = None,
+        after: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> Deferrer[P]:
         """The same task with other options for the jobs it writes.
 
@@ -202,7 +257,12 @@ class Task(Generic[P, R]):
         ``defer_sync``, or a SQLAlchemy session or connection with the psycopg driver
         (`asyncq.contrib.sqlalchemy`). ``group`` names the job's group (a customer, a
         tenant): with ``group_concurrency``, at most that many jobs of one group run at
-        once."""
+        once.
+
+        ``after``: the job waits (``waiting``, never claimed) until every job in it has
+        ended; then it is queued if they all ended ``done`` (with ``on_parent_failure=
+        "run"``, however they ended), else cancelled. A batch with a callback is a set of
+        jobs and one job deferred ``after`` all of them with ``"run"``."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay or run_at, not both")
         changes: dict[str, Any] = {
@@ -211,6 +271,8 @@ class Task(Generic[P, R]):
             "run_at": run_at,
             "unique_key": unique_key,
             "group": group,
+            "after": _after(after),
+            "on_parent_failure": on_parent_failure,
         }
         if priority is not None:
             changes["priority"] = priority
@@ -261,18 +323,32 @@ class Deferrer(Generic[P]):
 
     async def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Write one job and return its id (or the live job's id for a taken unique_key)."""
-        job = self.new_job(self.task.encode(args, kwargs))
         o = self.opts
+        if o.after is not None:
+            encoded = "[" + self.task.encode(args, kwargs) + "]"
+            [job_id] = await self._write_after(self.new_job(encoded))
+            return job_id
+        job = self.new_job(self.task.encode(args, kwargs))
         if o.conn is None and o.unique_key is None and o.group is None:
             return await self.task.writer.write(job)
         conn = None if o.conn is None else await connections.async_connection(o.conn)
         return await self.task.writer.write_alone(job, conn=conn, unique_key=o.unique_key)
+
+    async def _write_after(self, jobs: NewJob) -> list[int]:
+        o = self.opts
+        assert o.after is not None
+        conn = None if o.conn is None else await connections.async_connection(o.conn)
+        return await self.task.writer.write_after(
+            jobs, after=list(o.after), failure=o.on_parent_failure, conn=conn
+        )
 
     def defer_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """`defer` from synchronous code: on the App's synchronous pool, or on
         ``conn`` (a psycopg ``Connection``, a SQLAlchemy ``Session``), in its transaction."""
         job = self.new_job(self.task.encode(args, kwargs))
         o = self.opts
+        if o.after is not None:
+            raise ValueError("after= needs defer or defer_many (async), not defer_sync")
         conn = None if o.conn is None else connections.sync_connection(o.conn)
         return self.task.writer.write_sync(job, conn=conn, unique_key=o.unique_key)
 
@@ -284,6 +360,8 @@ class Deferrer(Generic[P]):
         if not calls:
             return []
         jobs = self.new_job(self.task.encode_many(calls))
+        if self.opts.after is not None:
+            return await self._write_after(jobs)
         conn = (
             None if self.opts.conn is None else await connections.async_connection(self.opts.conn)
         )

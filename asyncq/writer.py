@@ -75,6 +75,20 @@ class Writer:
         async with pools.connection(self._opened(), deadline) as pooled:
             return await self.store.insert_jobs(pooled, jobs)
 
+    async def write_after(
+        self,
+        jobs: NewJob,
+        *,
+        after: list[int],
+        failure: str,
+        conn: AsyncConnection[Any] | None,
+    ) -> list[int]:
+        """One job per element of ``jobs.args`` (a JSON array), to run after ``after``."""
+        if conn is not None:
+            return await self.store.defer_after(conn, jobs=jobs, after=after, failure=failure)
+        async with pools.connection(self._opened()) as pooled:
+            return await self.store.defer_after(pooled, jobs=jobs, after=after, failure=failure)
+
     def write_sync(
         self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
     ) -> int:

@@ -273,7 +273,8 @@ SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint
 
 -- name: missing_worker_privileges
 -- What the connected role lacks to run a worker: read every column, write the state
--- columns, delete done rows, read the schema version and the paused queues.
+-- columns, delete done rows (and their steps) and old events, read the schema version
+-- and the paused queues, and remove the edges of the jobs it ends or cancels.
 SELECT 'SELECT (' || a.attname || ')'
   FROM pg_attribute a
  WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -282,7 +283,7 @@ UNION ALL
 SELECT 'UPDATE (' || c || ')'
   FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
                     'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at',
-                    'abort_requested_at', 'result']) AS c
+                    'abort_requested_at', 'result', 'waiting_for']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
@@ -298,6 +299,12 @@ UNION ALL
 SELECT 'SELECT on the result listeners table'
  WHERE to_regclass(%(listeners)s) IS NOT NULL
    AND NOT has_table_privilege(to_regclass(%(listeners)s), 'SELECT')
+UNION ALL
+SELECT privilege || ' on ' || relation
+  FROM unnest(ARRAY[%(steps)s, %(waits)s, %(events)s]) AS relation
+ CROSS JOIN unnest(ARRAY['SELECT', 'DELETE']) AS privilege
+ WHERE to_regclass(relation) IS NOT NULL
+   AND NOT has_table_privilege(to_regclass(relation), privilege)
 
 -- name: missing_scheduler_privileges
 -- What the connected role lacks to run the scheduler: declare the schedules, and fire
@@ -429,41 +436,10 @@ SELECT s.name, s.task_name, s.cron, s.tz, s.queue, s.last_slot, s.last_job_id,
  ORDER BY s.name
 
 -- name: cancel
--- Cancel jobs by id. A queued job becomes cancelled at once. A running one is marked
--- (abort_requested_at) and its worker told on the wake-up channel: the record separator
--- (chr(30)), the job's id, ':' and the claim it is held by. The worker stops that attempt
--- and writes it cancelled; whatever ends the attempt first (the task itself, a failure, the
--- reaper) sees the mark and ends the job cancelled too, never queued again.
+-- Cancel jobs by id, and every unfinished job they spawned (migration 0015): a queued or
+-- waiting job becomes cancelled at once; a running one is marked and its worker told.
 -- Returns each job found with what happened: cancelled, aborting, or its status as it was.
-WITH target AS MATERIALIZED (
-    SELECT id, status FROM asyncq_jobs
-     WHERE id = ANY(%(ids)s::bigint[])
-     ORDER BY id
-       FOR NO KEY UPDATE
-), cancelled AS (
-    UPDATE asyncq_jobs AS j
-       SET status = 'cancelled', finished_at = now()
-      FROM target AS t
-     WHERE j.id = t.id AND t.status = 'queued'
-    RETURNING j.id
-), aborting AS (
-    UPDATE asyncq_jobs AS j
-       SET abort_requested_at = coalesce(j.abort_requested_at, now())
-      FROM target AS t
-     WHERE j.id = t.id AND t.status = 'running'
-    RETURNING j.id, j.claims
-), told AS (
-    SELECT count(pg_notify(asyncq_channel(), chr(30) || id || ':' || claims)) FROM aborting
-), announced AS (
-    SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)) FROM cancelled
-)
-SELECT t.id, CASE WHEN c.id IS NOT NULL THEN 'cancelled'
-                  WHEN a.id IS NOT NULL THEN 'aborting'
-                  ELSE t.status::text END
-  FROM target AS t
-  LEFT JOIN cancelled AS c ON c.id = t.id
-  LEFT JOIN aborting AS a ON a.id = t.id
- CROSS JOIN told CROSS JOIN announced
+SELECT * FROM asyncq_cancel(%(ids)s::bigint[])
 
 -- name: pause_queue
 -- Returns whether the queue was running until now.
@@ -707,3 +683,76 @@ SELECT EXISTS (SELECT FROM pg_database WHERE datname = %(name)s)
 -- name: create_database
 -- The embedded server: a project's database, made on its first use ({name}: an identifier).
 CREATE DATABASE {name}
+
+
+-- Work that spans jobs (migration 0015): every write of a running job is fenced by its
+-- claim, as its outcome is.
+
+-- name: write_steps
+-- The checkpoints of steps of running jobs, several jobs' in one statement.
+SELECT * FROM asyncq_write_steps(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                 %(names)s::text[], %(seqs)s::int[], %(results)s::text[],
+                                 %(attempts)s::int[], %(started)s::timestamptz[])
+
+-- name: write_step_in_transaction
+-- ctx.step_tx's checkpoint, last in the transaction of the step's own statements.
+SELECT * FROM asyncq_write_step_in_transaction(%(worker)s::text, %(id)s::bigint,
+                                               %(claim)s::bigint, %(name)s::text,
+                                               %(seq)s::int, %(result)s::text,
+                                               %(attempt)s::int, %(started)s::timestamptz)
+
+-- name: job_steps
+SELECT * FROM asyncq_job_steps(%(id)s::bigint)
+
+-- name: suspend
+SELECT * FROM asyncq_suspend(%(worker)s::text, %(id)s::bigint, %(claim)s::bigint,
+                             %(kind)s::text, %(until)s::timestamptz, %(seconds)s::float8,
+                             %(key)s::text, %(awaited)s::bigint[], %(step)s::text,
+                             %(seq)s::int, %(attempt)s::int)
+
+-- name: spawn
+SELECT asyncq_spawn(%(worker)s::text, %(id)s::bigint, %(claim)s::bigint, %(attempt)s::int,
+                    %(step)s::text, %(seq)s::int, %(task_name)s::text, %(queue)s::text,
+                    %(args)s::text, %(priority)s::int, %(max_attempts)s::int)
+
+-- name: emit_event
+SELECT asyncq_emit_event(%(key)s::text, %(payload)s::text)
+
+-- name: wake_due
+SELECT * FROM asyncq_wake_due(%(limit)s::int)
+
+-- name: next_wake
+SELECT asyncq_next_wake()
+
+-- name: wake_lost
+SELECT * FROM asyncq_wake_lost(%(limit)s::int)
+
+-- name: defer_after
+SELECT * FROM asyncq_defer_after(%(task_name)s::text, %(queue)s::text, %(args)s::text,
+                                 %(priority)s::int, %(max_attempts)s::int,
+                                 %(after)s::bigint[], %(failure)s::text)
+
+-- name: retry
+SELECT * FROM asyncq_retry(%(id)s::bigint, %(from_step)s::text)
+
+-- name: prune_events
+SELECT * FROM asyncq_prune_events(%(retention)s::interval, %(limit)s::int)
+
+-- name: job_workflow
+-- What `asyncq job` shows of a job's work beyond itself: its steps in the order they
+-- were recorded, its children, and what it waits for.
+SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'name', s.name, 'seq', s.seq, 'status', 'done', 'attempt', s.attempt,
+                   'started_at', s.started_at, 'finished_at', s.finished_at,
+                   'result_bytes', octet_length(s.result::text)) ORDER BY s.position), '[]')
+          FROM asyncq_steps s WHERE s.job_id = j.id)::text,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'task', c.task_name,
+                                                     'status', c.status) ORDER BY c.id), '[]')
+          FROM (SELECT c.id, c.task_name, c.status FROM asyncq_jobs c
+                 WHERE c.parent_id = j.id ORDER BY c.id LIMIT %(children)s) AS c)::text,
+       (SELECT count(*) FROM asyncq_jobs c WHERE c.parent_id = j.id),
+       j.parent_id, j.after, j.after_failure, j.waiting_for, j.run_at,
+       (SELECT coalesce(array_agg(w.on_id ORDER BY w.on_id), '{}') FROM asyncq_waits w
+         WHERE w.job_id = j.id)
+  FROM asyncq_jobs j
+ WHERE j.id = %(id)s

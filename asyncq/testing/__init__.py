@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from asyncq import codec
 from asyncq.control import JobControl
-from asyncq.errors import AsyncqError
+from asyncq.errors import AsyncqError, NotInWorkflow
 from asyncq.job import Job
 from asyncq.task import JobWriter, Task
 from asyncq.worker.executor import Executor
@@ -344,6 +344,16 @@ class InlineQueue:
 
     async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
         return [await self._write(jobs, codec.to_json(args)) for args in codec.decode(jobs.args)]
+
+    async def write_after(
+        self,
+        jobs: NewJob,
+        *,
+        after: list[int],
+        failure: str,
+        conn: AsyncConnection[Any] | None,
+    ) -> list[int]:
+        raise NotInWorkflow("options(after=...) is not run in inline mode: use drain")
 
     def write_sync(
         self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None

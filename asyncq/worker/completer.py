@@ -76,6 +76,10 @@ class Completer:
         self.claim_coming: Callable[[], bool] = lambda: False
 
     def submit(self, outcome: Outcome) -> None:
+        if outcome.kind is Kind.SUSPEND:  # written by the task itself, as it suspended
+            self.observer.finished_many([outcome], "waiting")
+            self.on_written([outcome.job])
+            return
         if outcome.kind is DONE and outcome.result is None:
             self._plain.append(outcome)
         else:

@@ -189,6 +189,23 @@ class Dispatcher:
         self.forget(attempt)
         return True
 
+    def let_go(self, job: Job) -> None:
+        """``job``'s attempt suspended it (a sleep, a wait): its row is written, so it is
+        held no more (nor renewed), though the attempt has yet to unwind."""
+        attempt = self.held.get(job.id)
+        if attempt is not None and attempt.job.claim == job.claim:
+            del self.held[job.id]
+
+    def lost_by_attempt(self, job: Job, why: str) -> None:
+        """A write of ``job``'s own attempt found its lease lost: the attempt ends by itself
+        (`asyncq.workflow.LeaseLost`), so its runner is not cancelled."""
+        attempt = self.held.get(job.id)
+        if attempt is not None and attempt.job.claim == job.claim:
+            if attempt.stop is not Stop.LEASE_LOST:
+                attempt.stop = Stop.LEASE_LOST
+                self.observer.lease_lost(job, why)
+            self.forget(attempt)
+
     def renewed(self, attempt: Attempt, sent: float) -> None:
         """A renewal of ``attempt``'s lease sent at ``sent`` (the loop's time) succeeded."""
         if sent > attempt.renewed:
@@ -254,7 +271,7 @@ class Dispatcher:
         runner = asyncio.current_task()
         assert runner is not None
         tasks, executor, slots, observer = self.tasks, self.executor, self.slots, self.observer
-        attempt_of, worker = executor.attempt, executor.worker
+        attempt_of, worker, gateway = executor.attempt, executor.worker, executor.gateway
         set_job, reset_job = running_job.set, running_job.reset
         tick = self.tick
         loop = self._loop
@@ -280,7 +297,7 @@ class Dispatcher:
                     timer = loop.call_later(task.timeout, self.stop_attempt, attempt, Stop.TIMEOUT)
                 result = error = None
                 started = perf_counter()  # the loop's clock may tick in milliseconds (uvloop)
-                token = set_job((job, worker, None))
+                token = set_job((job, worker, None, gateway))
                 try:
                     # The task's coroutine awaited here, in the runner's own frame: one
                     # frame fewer to resume each time the task does.

@@ -13,6 +13,7 @@ from asyncq.errors import TaskNotFound
 from asyncq.job import Job, JobContext, current_job, running_job
 from asyncq.worker.outcomes import Policy
 from asyncq.worker.threads import Threads
+from asyncq.workflow import Gateway
 
 CallNext = Callable[[], Awaitable[Any]]
 Middleware = Callable[[JobContext, CallNext], Awaitable[Any]]
@@ -45,15 +46,17 @@ class Executor:
         worker: str,
         threads: Threads,
         middleware: Sequence[Middleware] = (),
+        gateway: Gateway | None = None,
     ) -> None:
         self.tasks = tasks
         self.worker = worker
         self.threads = threads
         self.middleware = tuple(middleware)
+        self.gateway = gateway  # what the tasks' workflow calls write through
 
     async def run(self, job: Job, task: RunnableTask | None) -> Any:
         """Run ``job`` with ``task`` (None: unknown here) to its end; returns its result."""
-        token = running_job.set((job, self.worker, None))
+        token = running_job.set((job, self.worker, None, self.gateway))
         try:
             return await self.attempt(job, task)
         finally:
@@ -61,7 +64,7 @@ class Executor:
 
     def attempt(self, job: Job, task: RunnableTask | None) -> Awaitable[Any]:
         """What runs ``job``'s attempt, for a caller that awaits it with `running_job` set
-        to ``(job, worker, None)`` (as `run` does). On the path of nearly every attempt (a
+        to ``(job, worker, None, gateway)`` (as `run` does). On the path of nearly every attempt (a
         coroutine function, no middleware) it is the task's own coroutine, with no frame
         of the executor's around it to resume each time the task does."""
         if task is None or task.blocking or self.middleware:
@@ -70,7 +73,9 @@ class Executor:
 
     async def _run_wrapped(self, job: Job, task: RunnableTask | None) -> Any:
         stop = threading.Event() if task is not None and task.blocking else None
-        token = running_job.set((job, self.worker, stop))
+        # A plain def task runs in a thread, which cannot suspend its job: no workflow.
+        gateway = self.gateway if stop is None else None
+        token = running_job.set((job, self.worker, stop, gateway))
         try:
             if task is None:
                 raise TaskNotFound(

@@ -32,6 +32,7 @@ from asyncq.worker.wakeup import DueTimes, Wakeup
 
 DUE = "\x1f"  # between the queue and the milliseconds in a notification of a job due later
 ABORT = "\x1e"  # starts a cancel's notification: ABORT, the job's id, ':', its claim
+WAKE = "\x1d"  # starts a suspension's: WAKE and the milliseconds until the job comes due
 
 
 class Listener:
@@ -47,6 +48,7 @@ class Listener:
         wakeup: Wakeup,
         due: DueTimes,
         abort: Callable[[int, int], None],
+        waiting_due: DueTimes,
         health_interval: float,
         health_timeout: float,
         observer: Observer,
@@ -58,6 +60,7 @@ class Listener:
         self.wakeup = wakeup
         self.due = due
         self.abort = abort
+        self.waiting_due = waiting_due
         self.health_interval = health_interval
         self.health_timeout = health_timeout
         self.observer = observer
@@ -96,12 +99,16 @@ class Listener:
                 await anyio.sleep(delay)
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Set a timer for the next job due later: its notification may have been missed."""
+        """Set a timer for the next job due later, and for the next waiting one: their
+        notifications may have been missed."""
         with anyio.fail_after(self.health_timeout):
             queues = sorted(self.queues) if self.queues else None
             seconds = await self.store.next_due(conn, queues=queues)
+            waiting = await self.store.next_wake(conn)
         if seconds is not None:
             self.due.add(seconds)
+        if waiting is not None:
+            self.waiting_due.add(waiting)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         queues, wakeup, due = self.queues, self.wakeup, self.due
@@ -110,6 +117,10 @@ class Listener:
             # generator would hold the connection's lock, and closing it would wait.
             async with aclosing(conn.notifies(timeout=self.health_interval)) as notifies:
                 async for notify in notifies:
+                    if notify.payload.startswith(WAKE):
+                        ms = notify.payload[1:]
+                        self.waiting_due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                        continue
                     if notify.payload.startswith(ABORT):
                         job_id, _, claim = notify.payload[1:].partition(":")
                         if job_id.isdigit() and claim.isdigit():

@@ -38,6 +38,7 @@ class WorkerStats:
     released: int
     snoozed: int = 0
     cancelled: int = 0
+    suspended: int = 0  # attempts that suspended their job (a sleep, a wait)
     lost: int = 0  # attempts whose lease was lost, the self-fenced included
     left_running: int = 0
     fenced: int = 0  # attempts stopped because their lease could not be renewed in time
@@ -267,6 +268,7 @@ class Counts(Observer):
             released=kinds[Kind.RELEASE],
             snoozed=kinds[Kind.SNOOZE],
             cancelled=kinds[Kind.CANCEL],
+            suspended=kinds[Kind.SUSPEND],
             lost=self.lost,
             left_running=left_running,
             fenced=self.fenced_attempts,
@@ -364,6 +366,14 @@ class LogObserver(Observer):
                 job.task_name,
                 outcome.delay,
                 extra={"action": "job_snoozed", **extra},
+            )
+        elif kind is Kind.SUSPEND:
+            logger.debug(
+                "job %d (%s) is waiting (attempt %d)",
+                job.id,
+                job.task_name,
+                job.attempt,
+                extra={"action": "job_waiting", **extra},
             )
         elif kind is Kind.RELEASE:
             logger.info(

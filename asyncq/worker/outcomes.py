@@ -19,6 +19,7 @@ from asyncq.control import Discard, Retry, Snooze
 from asyncq.errors import ArgumentsError, UndecodableArguments
 from asyncq.job import Job
 from asyncq.retry import Backoff
+from asyncq.workflow import LeaseLost, Suspended
 
 MAX_ERROR_CHARS = 8000
 MAX_TRACEBACK_FRAMES = 12
@@ -33,6 +34,7 @@ class Kind(enum.Enum):
     SNOOZE = "snooze"  # queued again after ``delay``; the attempt does not count
     RELEASE = "release"  # handed back at shutdown
     CANCEL = "cancel"  # stopped by a cancel: the row is cancelled, never retried
+    SUSPEND = "suspend"  # the task suspended its job (a sleep, a wait): written already
 
     # Members are singletons compared by identity: hashed by it too, in C (Enum's own
     # __hash__ is Python code, and every outcome is counted and grouped by its kind).
@@ -91,7 +93,7 @@ def decide(
     why the worker cancelled it, if it did; ``duration`` how long it ran. An attempt the
     worker stopped but that returned anyway is done, unless its lease is gone.
     """
-    if stop is Stop.LEASE_LOST:
+    if stop is Stop.LEASE_LOST or isinstance(error, LeaseLost):
         return None
     if error is None:
         if result is None:
@@ -104,6 +106,8 @@ def decide(
             text = f"encoding the result of {job.task_name} raised {type(exc).__name__}: {exc}"
             return Outcome(job, Kind.DONE, unstored=text, duration=duration)
         return Outcome(job, Kind.DONE, result=stored, duration=duration)
+    if isinstance(error, Suspended) and stop is None:
+        return Outcome(job, Kind.SUSPEND, duration=duration)
     if stop is Stop.ABORT:
         return Outcome(job, Kind.CANCEL, duration=duration)
     if stop is Stop.SHUTDOWN:

@@ -224,6 +224,7 @@ class WorkerSettings:
     # Not options: the App's retention, and maintenance intervals.
     retention: timedelta = timedelta(days=7)
     rescue_interval: float = 2.0
+    wakeups_interval: float = 10.0
     prune_interval: float = 60.0
     depth_interval: float = 15.0
 

@@ -33,6 +33,7 @@ from asyncq.pools import reconnect_options
 from asyncq.schedule import Schedule
 from asyncq.store import REFUSED_PREPARED, Store, WorkerFacts, asyncq_error
 from asyncq.worker.aborts import AbortPoll
+from asyncq.worker.checkpoints import Checkpoints
 from asyncq.worker.completer import Completer
 from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.executor import Executor, Middleware, RunnableTask
@@ -43,6 +44,7 @@ from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
 from asyncq.worker.maintenance.rescuer import Rescuer
 from asyncq.worker.maintenance.scheduler import Scheduler
+from asyncq.worker.maintenance.wakeups import LostWakeups
 from asyncq.worker.observer import (
     Counts,
     LogObserver,
@@ -57,6 +59,7 @@ from asyncq.worker.services import Service, start_all
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
 from asyncq.worker.threads import Threads
+from asyncq.worker.waker import Waker
 from asyncq.worker.wakeup import DueTimes, Wakeup
 
 logger = logging.getLogger("asyncq.worker")
@@ -116,10 +119,11 @@ class Worker:
         pool = AsyncConnectionPool(
             self.conninfo,
             min_size=loops + 1,
-            # the claim loops, the completer, heartbeat, maintenance, and one more (the
-            # scheduler's, for the moments a slot is due); without a LISTEN connection,
-            # one for the polled aborts
-            max_size=loops + 4 + (self.listen_conninfo is None),
+            # the claim loops, the completer, heartbeat, maintenance, one more (the
+            # scheduler's, for the moments a slot is due), and two for the workflows'
+            # writes (their batched checkpoints, and a job's sleep, wait or children);
+            # without a LISTEN connection, one for the polled aborts
+            max_size=loops + 6 + (self.listen_conninfo is None),
             kwargs=self._kwargs_for("worker"),
             configure=None if self.limits else self._warm_claim,
             open=False,
@@ -157,11 +161,24 @@ class Worker:
             on_written=written,
             storable=_storable_in(facts.server_encoding),
         )
+        checkpoints = Checkpoints(
+            pool=pool,
+            app_pool=lambda: self.app_pool,
+            store=self.store,
+            worker=self.id,
+            observer=observer,
+            release=lambda job: dispatcher.let_go(job),
+            lost=lambda job, why: dispatcher.lost_by_attempt(job, why),
+        )
         dispatcher = Dispatcher(
             concurrency=settings.concurrency,
             tasks=self.tasks,
             executor=Executor(
-                tasks=self.tasks, worker=self.id, threads=threads, middleware=self.middleware
+                tasks=self.tasks,
+                worker=self.id,
+                threads=threads,
+                middleware=self.middleware,
+                gateway=checkpoints,
             ),
             slots=slots,
             submit=completer.submit,
@@ -187,6 +204,8 @@ class Worker:
             limits=self.limits,
             completer=completer,
         )
+        waiting_wakeup = Wakeup()
+        waiting_due = DueTimes(waiting_wakeup)
         listen_conninfo = self.listen_conninfo
         told: Service
         if listen_conninfo is not None:
@@ -200,6 +219,7 @@ class Worker:
                 wakeup=wakeup,
                 due=DueTimes(wakeup),
                 abort=dispatcher.abort,
+                waiting_due=waiting_due,
                 health_interval=settings.listener_health_interval,
                 health_timeout=settings.listener_health_timeout,
                 observer=observer,
@@ -215,7 +235,17 @@ class Worker:
             )
         services: list[Service] = [
             completer,
+            checkpoints,
             told,
+            Waker(
+                pool=pool,
+                store=self.store,
+                wakeup=waiting_wakeup,
+                due=waiting_due,
+                # Told by the listener when suspended jobs come due; without one, it looks.
+                poll_interval=None if listen_conninfo is not None else settings.poll_interval,
+                observer=observer,
+            ),
             Heartbeat(
                 pool=pool,
                 store=self.store,
@@ -230,6 +260,7 @@ class Worker:
                 schema=facts.schema,
                 pieces=[
                     Rescuer(store=self.store, interval=settings.rescue_interval, observer=observer),
+                    LostWakeups(store=self.store, interval=settings.wakeups_interval),
                     Pruner(
                         store=self.store,
                         interval=settings.prune_interval,

@@ -156,7 +156,9 @@ def test_every_command_on_a_never_migrated_database_names_the_migrate_command(
     error = one_line_error(workers.cli(command[0], APP, *command[1:], env=env))
     assert f"run `asyncq migrate {APP}` (or `await app.migrate()`)" in error, error
     database = conninfo_to_dict(empty_database)["dbname"]
-    assert re.search(rf"there is no asyncq_[a-z_]+ (table|function) in database '{database}'", error), error
+    assert re.search(
+        rf"there is no asyncq_[a-z_]+ (table|function) in database '{database}'", error
+    ), error
 
 
 def test_a_never_migrated_database_says_to_migrate_then_works(

@@ -118,6 +118,6 @@ async def test_a_cancel_that_loses_a_deadlock_is_tried_again(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(cancel)
-            await waiting_for_a_lock(db, "query LIKE %s", "%WITH target AS MATERIALIZED%")
+            await waiting_for_a_lock(db, "query LIKE %s", "%asyncq_cancel(%")
             tg.start_soon(lock_first)
     assert answers == {first.id: "aborting", second.id: "aborting"}

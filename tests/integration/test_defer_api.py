@@ -47,7 +47,7 @@ async def test_table_has_the_contract_columns(app: asyncq.App, db: Any) -> None:
     for column, data_type in CONTRACT_COLUMNS.items():
         assert types.get(column) == data_type, column
     statuses = db.execute("SELECT enum_range(NULL::asyncq_job_status)::text[]").fetchone()[0]
-    assert set(statuses) == {"queued", "running", "done", "failed", "cancelled"}
+    assert set(statuses) == {"queued", "running", "waiting", "done", "failed", "cancelled"}
 
 
 async def test_defer_returns_id_and_writes_a_queued_row(app: asyncq.App, db: Any) -> None:

@@ -60,6 +60,7 @@ async def test_a_cancel_while_a_notification_is_handled_closes_the_connection(
         wakeup=wakeup,
         due=DueTimes(wakeup),
         abort=lambda job_id, claim: None,
+        waiting_due=DueTimes(Wakeup()),
         health_interval=30,
         health_timeout=10,
         observer=Observer(),

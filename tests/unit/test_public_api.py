@@ -74,7 +74,14 @@ def test_error_hierarchy() -> None:
 
 
 def test_status_values_match_the_table() -> None:
-    assert {s.value for s in asyncq.Status} == {"queued", "running", "done", "failed", "cancelled"}
+    assert {s.value for s in asyncq.Status} == {
+        "queued",
+        "running",
+        "waiting",
+        "done",
+        "failed",
+        "cancelled",
+    }
     assert asyncq.Status.DONE == "done"
 
 

@@ -1,4 +1,5 @@
-"""The pruner: deletes done rows older than the App's retention, in batches."""
+"""The pruner: deletes done rows older than the App's retention, in batches, with their
+steps; and events emitted before it."""
 
 from __future__ import annotations
 
@@ -19,4 +20,5 @@ class Pruner:
 
     async def run(self, conn: Conn) -> bool:
         pruned = await self.store.prune_done(conn, retention=self.retention, limit=PRUNE_LIMIT)
-        return pruned == PRUNE_LIMIT
+        events = await self.store.prune_events(conn, retention=self.retention, limit=PRUNE_LIMIT)
+        return pruned == PRUNE_LIMIT or events == PRUNE_LIMIT
