@@ -80,7 +80,8 @@ def dsn(session_dsn: str) -> str:
     with psycopg.connect(session_dsn, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE asyncq_jobs, asyncq_queues, asyncq_schedules, asyncq_schedule_runs,"
-            " asyncq_rate_starts, asyncq_result_listeners RESTART IDENTITY"
+            " asyncq_rate_starts, asyncq_result_listeners, asyncq_steps, asyncq_waits,"
+            " asyncq_events RESTART IDENTITY"
         )
     return session_dsn
 

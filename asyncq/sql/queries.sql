@@ -674,7 +674,10 @@ DELETE FROM asyncq_queues;
 DELETE FROM asyncq_schedule_runs;
 DELETE FROM asyncq_schedules;
 DELETE FROM asyncq_rate_starts;
-DELETE FROM asyncq_result_listeners
+DELETE FROM asyncq_result_listeners;
+DELETE FROM asyncq_steps;
+DELETE FROM asyncq_waits;
+DELETE FROM asyncq_events
 
 -- name: database_exists
 -- The embedded server: whether a project's database is there.
