@@ -84,31 +84,45 @@ BEGIN
     SET jit = off
     AS $function$
     DECLARE
+        v_ids bigint[];
+        v_failed text[];
         v_cancelled bigint[];
     BEGIN
         PERFORM 1 FROM asyncq_jobs l WHERE l.id = ANY(p_waiters) ORDER BY l.id
             FOR NO KEY UPDATE;
-        WITH decided AS MATERIALIZED (
-            SELECT j.id,
-                   (SELECT format('Cancelled: it runs after job %%s, which ended %%s',
-                                  p.id, p.status)
-                      FROM asyncq_jobs p
-                     WHERE j.waiting_for = 'after' AND j.after_failure = 'cancel'
-                       AND p.id = ANY(j.after) AND p.status IN ('failed', 'cancelled')
-                     ORDER BY p.id LIMIT 1) AS failed
-              FROM asyncq_jobs j
-             WHERE j.id = ANY(p_waiters) AND j.status = 'waiting'
-               AND j.waiting_for IN ('jobs', 'after')
-               AND NOT EXISTS (SELECT 1 FROM asyncq_waits w WHERE w.job_id = j.id)
-        ), woken AS (
+        -- Read by id, in the order of the ids (which only the primary key gives: sorts
+        -- are off), and the jobs they ran after by id, their state compared as text: the
+        -- partial indexes of states fit these conditions too, and a plan made on the
+        -- statistics of an empty table may pick one and read all of it.
+        SELECT array_agg(d.id ORDER BY d.id), array_agg(d.failed ORDER BY d.id)
+          INTO v_ids, v_failed
+          FROM (SELECT j.id,
+                       (SELECT CASE WHEN count(*) > 0
+                                    THEN format('Cancelled: it runs after job %%s, which'
+                                                || ' ended %%s', min(p.id),
+                                                (array_agg(p.status ORDER BY p.id))[1])
+                               END
+                          FROM asyncq_jobs p
+                         WHERE j.waiting_for = 'after' AND j.after_failure = 'cancel'
+                           AND p.id = ANY(j.after)
+                           AND p.status::text IN ('failed', 'cancelled')) AS failed
+                  FROM asyncq_jobs j
+                 WHERE j.id = ANY(p_waiters) AND j.status = 'waiting'
+                   AND j.waiting_for IN ('jobs', 'after')
+                   AND NOT EXISTS (SELECT 1 FROM asyncq_waits w WHERE w.job_id = j.id)
+                 ORDER BY j.id) AS d;
+        IF v_ids IS NULL THEN
+            RETURN NULL;
+        END IF;
+        WITH woken AS (
             UPDATE asyncq_jobs AS j
-               SET status = CASE WHEN d.failed IS NULL THEN 'queued'
+               SET status = CASE WHEN v_failed[width_bucket(j.id, v_ids)] IS NULL THEN 'queued'
                                  ELSE 'cancelled' END::asyncq_job_status,
-                   finished_at = CASE WHEN d.failed IS NOT NULL THEN now() END,
-                   last_error = coalesce(d.failed, j.last_error),
+                   finished_at = CASE WHEN v_failed[width_bucket(j.id, v_ids)] IS NOT NULL
+                                      THEN now() END,
+                   last_error = coalesce(v_failed[width_bucket(j.id, v_ids)], j.last_error),
                    run_at = now(), waiting_for = NULL
-              FROM decided d
-             WHERE j.id = d.id
+             WHERE j.id = ANY(v_ids)
             RETURNING j.id, j.status, j.awaited
         ), announced AS (
             SELECT asyncq_notify_ids(asyncq_results_channel(), array_agg(id)
@@ -717,7 +731,7 @@ BEGIN
         RETURN QUERY
         WITH due AS MATERIALIZED (
             SELECT d.id FROM asyncq_jobs d
-             WHERE d.status = 'waiting' AND d.run_at <= now()
+             WHERE d.status = 'waiting' AND d.run_at <= now() AND d.run_at < 'infinity'
              ORDER BY d.run_at
              LIMIT p_limit
                FOR NO KEY UPDATE SKIP LOCKED
@@ -743,18 +757,23 @@ BEGIN
     SET enable_sort = off
     SET jit = off
     AS $function$
+    DECLARE
+        v_seconds float8;
     BEGIN
-        RETURN (SELECT extract(epoch FROM d.run_at - now())::float8
-                  FROM asyncq_jobs d
-                 WHERE d.status = 'waiting' AND d.run_at < 'infinity'
-                 ORDER BY d.run_at
-                 LIMIT 1);
+        SELECT extract(epoch FROM d.run_at - now())::float8 INTO v_seconds
+          FROM asyncq_jobs d
+         WHERE d.status = 'waiting' AND d.run_at < 'infinity'
+         ORDER BY d.run_at
+         LIMIT 1;
+        RETURN v_seconds;
     END
     $function$
     $sql$, current_schema());
 
-    -- Lost wake-ups, found by the maintenance: waiting jobs whose wait is over but that
-    -- still wait (an event emitted, or no edge left), woken as their release would have.
+    -- Lost wake-ups, found by the maintenance: edges to jobs that have ended (by a
+    -- statement that did not release their waiters: a worker of an earlier version, say)
+    -- or that are gone, released as the end of those jobs would have; and waiters left
+    -- with no edge that still wait, woken. Returns the jobs released or woken.
     EXECUTE format($sql$
     CREATE FUNCTION asyncq_wake_lost(p_limit int)
     RETURNS SETOF bigint
@@ -766,35 +785,35 @@ BEGIN
     SET jit = off
     AS $function$
     DECLARE
-        v_stuck bigint[];
-        v_emitted bigint[];
         v_ended bigint[];
+        v_stuck bigint[];
+        v_cancelled bigint[];
     BEGIN
+        -- Each edge's job is looked up by id (a subquery, not a join: the plan of a join
+        -- made on an empty table's statistics read every job).
+        SELECT array_agg(DISTINCT e.on_id) INTO v_ended
+          FROM (SELECT w.on_id FROM asyncq_waits w
+                 WHERE coalesce((SELECT j.status::text FROM asyncq_jobs j WHERE j.id = w.on_id),
+                                'gone') NOT IN ('queued', 'running', 'waiting')
+                 LIMIT p_limit) AS e;
+        IF v_ended IS NOT NULL THEN
+            PERFORM asyncq_release_waiters(v_ended);
+        END IF;
+        -- In the order of what they wait for, which only the index of it gives (sorts are
+        -- off): no plan reads the whole table for the few it finds.
         SELECT array_agg(d.id) INTO v_stuck
           FROM (SELECT w.id FROM asyncq_jobs w
                  WHERE w.status = 'waiting' AND w.waiting_for IN ('jobs', 'after')
                    AND NOT EXISTS (SELECT 1 FROM asyncq_waits e WHERE e.job_id = w.id)
-                 ORDER BY w.run_at
+                 ORDER BY w.waiting_for
                  LIMIT p_limit) AS d;
         IF v_stuck IS NOT NULL THEN
-            v_ended := asyncq_wake_waiters(v_stuck);
-            IF v_ended IS NOT NULL THEN
-                PERFORM asyncq_release_waiters(v_ended);
+            v_cancelled := asyncq_wake_waiters(v_stuck);
+            IF v_cancelled IS NOT NULL THEN
+                PERFORM asyncq_release_waiters(v_cancelled);
             END IF;
         END IF;
-        WITH woken AS (
-            UPDATE asyncq_jobs j SET status = 'queued', run_at = now(), waiting_for = NULL
-             WHERE j.id = ANY(ARRAY(SELECT w.id FROM asyncq_jobs w
-                                     WHERE w.status = 'waiting' AND w.waiting_for LIKE 'event:%%'
-                                       AND EXISTS (SELECT 1 FROM asyncq_events e
-                                                    WHERE e.key = substr(w.waiting_for, 7))
-                                     ORDER BY w.run_at
-                                     LIMIT p_limit))
-               AND j.status = 'waiting'
-            RETURNING j.id
-        )
-        SELECT array_agg(w.id) INTO v_emitted FROM woken w;
-        RETURN QUERY SELECT unnest(coalesce(v_stuck, '{}') || coalesce(v_emitted, '{}'));
+        RETURN QUERY SELECT unnest(coalesce(v_ended, '{}') || coalesce(v_stuck, '{}'));
     END
     $function$
     $sql$, current_schema());
@@ -875,11 +894,14 @@ BEGIN
                  ORDER BY a.id
                    FOR SHARE) AS w;
         IF v_live IS NULL AND p_failure = 'cancel' THEN
-            SELECT format('Cancelled: it runs after job %%s, which ended %%s', a.id, a.status)
+            -- By id, the state as text (as in asyncq_wake_waiters).
+            SELECT CASE WHEN count(*) > 0
+                        THEN format('Cancelled: it runs after job %%s, which ended %%s',
+                                    min(a.id), (array_agg(a.status ORDER BY a.id))[1])
+                   END
               INTO v_failed
               FROM asyncq_jobs a
-             WHERE a.id = ANY(p_after) AND a.status IN ('failed', 'cancelled')
-             ORDER BY a.id LIMIT 1;
+             WHERE a.id = ANY(p_after) AND a.status::text IN ('failed', 'cancelled');
         END IF;
         WITH made AS (
             INSERT INTO asyncq_jobs (task_name, queue, args, priority, max_attempts, after,
@@ -927,20 +949,22 @@ BEGIN
     AS $function$
     DECLARE
         v_family bigint[];
+        v_generation bigint[];
         v_cancelled bigint[];
         v_aborting bigint[];
         v_awaited bigint[];
         v_was text[];
         v_asked bigint[];
     BEGIN
-        -- The jobs asked about, the jobs they spawned, and theirs.
-        WITH RECURSIVE family AS (
-            SELECT a AS id FROM unnest(p_ids) AS a
-            UNION
-            SELECT c.id FROM asyncq_jobs c JOIN family f ON c.parent_id = f.id
-             WHERE c.parent_id IS NOT NULL
-        )
-        SELECT array_agg(f.id ORDER BY f.id) INTO v_family FROM family f;
+        -- The jobs asked about, the jobs they spawned, and theirs, a generation at a time.
+        v_family := p_ids;
+        v_generation := p_ids;
+        LOOP
+            SELECT array_agg(c.id) INTO v_generation
+              FROM asyncq_jobs c WHERE c.parent_id = ANY(v_generation);
+            EXIT WHEN v_generation IS NULL;
+            v_family := v_family || v_generation;
+        END LOOP;
         SELECT array_agg(t.id ORDER BY t.id), array_agg(t.status::text ORDER BY t.id)
           INTO v_asked, v_was
           FROM (SELECT j.id, j.status FROM asyncq_jobs j
