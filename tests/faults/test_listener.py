@@ -20,11 +20,12 @@ import pytest
 
 import asyncq
 from tests.faults.pgctl import ControlledPostgres
-from tests.faults.support import Proxy, figures, wait_started
+from tests.faults.support import figures, wait_started
 from tests.harness.app import NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
 from tests.harness.processes import Workers, wait_until
+from tests.harness.proxy import Proxy
 
 __all__ = ["figures"]  # fixtures
 
@@ -64,7 +65,7 @@ def pgdb(server: ControlledPostgres) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture
 def proxy(server: ControlledPostgres) -> Iterator[Proxy]:
-    proxy = Proxy("127.0.0.1", server.port)
+    proxy = Proxy(("127.0.0.1", server.port))
     try:
         yield proxy
     finally:
