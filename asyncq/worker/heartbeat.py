@@ -47,6 +47,9 @@ class Heartbeat:
         self.observer = observer
         self.beats = 0
         self._failing = False  # the last renewal failed: try again soon
+        # Within its interval: a renewal never overlaps the next one. At the pace of the
+        # renewals before it: one stuck on a dead connection is tried again on another.
+        self.pace = pools.Pace(interval)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -61,8 +64,7 @@ class Heartbeat:
             self._failing = False
             return
         self._failing = True  # until it succeeds
-        # Within its interval: a renewal never overlaps the next one.
-        async with pools.connection(self.pool, self.interval) as conn:
+        async with pools.connection(self.pool, self.pace) as conn:
             # Just before the statement is sent: the database renews each lock after this.
             sent = asyncio.get_running_loop().time()
             kept = await self.store.heartbeat(

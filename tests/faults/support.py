@@ -38,13 +38,18 @@ from tests.harness.processes import Workers, wait_until
 
 # A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
 # pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's
-# workers run at most 10 jobs at once), one LISTEN connection, and the worker's own pool
-# (its claim loops, at most two, and four more).
+# workers run at most 10 jobs at once), one LISTEN connection, the worker's own pool
+# (its claim loops, at most two, and four more), and the connection of a look at a claim
+# that has no answer (asyncq/worker/producer.py), for a moment.
 MAX_CONCURRENCY = 10
 LISTEN_CONNECTIONS = 1
 WORKER_POOL_MAX = 2 + 4
+LOOK_CONNECTIONS = 1
 CONNECTIONS_PER_WORKER = (
-    max(harness_app.pool_max_size, MAX_CONCURRENCY + 2) + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+    max(harness_app.pool_max_size, MAX_CONCURRENCY + 2)
+    + LISTEN_CONNECTIONS
+    + WORKER_POOL_MAX
+    + LOOK_CONNECTIONS
 )
 
 
@@ -52,7 +57,7 @@ def connection_bound(concurrency: int) -> int:
     """The most connections a worker process of the harness app running ``concurrency``
     jobs at once may have (`CONNECTIONS_PER_WORKER` is this for the suite's usual 10)."""
     app_pool = max(harness_app.pool_max_size, concurrency + 2)
-    return app_pool + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+    return app_pool + LISTEN_CONNECTIONS + WORKER_POOL_MAX + LOOK_CONNECTIONS
 
 
 RESULTS = Path(__file__).parent / "results" / "last-run.json"

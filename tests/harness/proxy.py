@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 T = TypeVar("T")
 
@@ -84,6 +84,10 @@ class Proxy:
 
     def dsn(self, dbname: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}?sslmode=disable"
+
+    def route(self, dsn: str) -> str:
+        """``dsn`` through the proxy: its user, database and options, the proxy's address."""
+        return make_conninfo(dsn, host="127.0.0.1", port=self.port, sslmode="disable")
 
     # -- driven from the test's thread ----------------------------------------------------
 
@@ -158,6 +162,9 @@ class Proxy:
             self._close_pipe(pipe)
             return
         pipe.upstream = up_writer
+        if pipe.closed:  # the proxy closed meanwhile
+            up_writer.transport.abort()
+            return
         if pipe.wedged:
             return
         pipe.pumps = [
@@ -197,10 +204,18 @@ class Proxy:
 
     async def _close(self) -> None:
         self._server.close()
+        writers = []
         for pipe in self.pipes:
             for pump in pipe.pumps:
                 pump.cancel()
             pipe.wedged = True  # abort, no more forwarding
             self._close_pipe(pipe)
-        self._serving.set()
-        await asyncio.sleep(0)
+            writers += [w for w in (pipe.client, pipe.upstream) if w is not None]
+        self._serving.set()  # the connections still waiting see the proxy closed, and end
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
