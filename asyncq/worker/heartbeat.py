@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from asyncq import pools
 from asyncq.store import Store
-from asyncq.worker.dispatch import Dispatcher
+from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
@@ -75,7 +75,11 @@ class Heartbeat:
         for attempt in attempts:
             aborted = kept.get(attempt.job.id)
             if aborted is None:
-                if self.dispatcher.held.get(attempt.job.id) is attempt:
+                # An attempt that has ended waits for its outcome's write, which may have
+                # ended the job before this renewal ran, its answer still on its way (the
+                # two retried together after a fault, say): the write's fence tells.
+                ended = attempt.state is State.ENDED
+                if self.dispatcher.held.get(attempt.job.id) is attempt and not ended:
                     self.dispatcher.lose(attempt, "reaped or claimed elsewhere")
                 continue
             self.dispatcher.renewed(attempt, sent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -17,13 +18,20 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+import asyncq
 from asyncq import pools
 from asyncq.job import Job
 from asyncq.pools import KeptConnection, Pace
 from asyncq.store import Store
+from asyncq.worker.dispatch import Dispatcher, State
+from asyncq.worker.executor import Executor
+from asyncq.worker.heartbeat import Heartbeat
 from asyncq.worker.listener import Listener
 from asyncq.worker.observer import Observer
+from asyncq.worker.outcomes import Outcome
+from asyncq.worker.slots import Slots
 from asyncq.worker.sweep import Sweep
+from asyncq.worker.threads import Threads
 from asyncq.worker.wakeup import DueTimes, Wakeup
 from tests.harness.proxy import Proxy, upstream_of
 
@@ -219,3 +227,59 @@ async def test_check_now_finds_a_stuck_listen_connection_without_waiting_for_the
         await until(lambda: seen.connected == [False, True], "a new LISTEN connection")
         assert seen.failed == [("listener", "TimeoutError")]
         services.cancel_scope.cancel()
+
+
+class Noop:
+    name = "stuck.noop"
+    retry = asyncq.Backoff(base=1, cap=1, jitter=0)
+    retry_on = None
+    timeout = None
+    blocking = False
+
+    async def call_stored(self, stored_args: Any) -> None:
+        return None
+
+
+async def test_a_renewal_that_misses_an_ended_attempt_being_written_loses_nothing(
+    dsn: str,
+) -> None:
+    """The outcome's write and a renewal sent together (both tried again after a fault):
+    the write commits first, the renewal finds the job done, and the write's answer has
+    not come back yet. The attempt has ended: it is not lost, its write tells."""
+    store = Store()
+    seen = Seen()
+    outcomes: list[Outcome] = []
+    tasks = {Noop.name: Noop()}
+    pool = pool_for(dsn)
+    async with pool:
+        async with pools.connection(pool) as conn:
+            await conn.execute(
+                "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, '{}')", (Noop.name,)
+            )
+            [job] = await store.claim(
+                conn, worker="w", limit=1, queues=None, lease=timedelta(seconds=30)
+            )
+        dispatcher = Dispatcher(
+            concurrency=1,
+            tasks=tasks,  # type: ignore[arg-type]
+            executor=Executor(tasks=tasks, worker="w", threads=Threads(1)),  # type: ignore[arg-type]
+            slots=Slots(1),
+            submit=outcomes.append,
+            observer=seen,
+            lease=30.0,
+        )
+        dispatcher.start()
+        dispatcher.hold(job)
+        await until(lambda: outcomes, "the attempt to end")
+        [attempt] = dispatcher.attempts()
+        assert attempt.state is State.ENDED
+        async with pools.connection(pool) as conn:
+            assert await store.mark_done(conn, worker="w", jobs=[job], results=[None])
+        heartbeat = Heartbeat(
+            pool=pool, store=store, worker="w", dispatcher=dispatcher, interval=7.5, observer=seen
+        )
+        await heartbeat.beat()
+        assert seen.lost == []
+        assert dispatcher.held[job.id] is attempt  # until its write's answer comes
+        dispatcher.written([job])
+        await dispatcher.stop(0)
