@@ -316,7 +316,12 @@ def on_cut(pool: AsyncConnectionPool, told: Callable[[], None]) -> Callable[[], 
     ``pool``'s connections is cut at its deadline. Returns what stops it."""
     found = _told_of_cuts.setdefault(pool, [])
     found.append(told)
-    return lambda: found.remove(told) if told in found else None
+
+    def stop() -> None:
+        if told in found:
+            found.remove(told)
+
+    return stop
 
 
 def cut(conn: AsyncConnection[Any]) -> None:
@@ -519,16 +524,19 @@ class _Use(_Watched):
 
     def due(self, deadlines: Deadlines, now: float) -> None:
         kept = self.kept
+        pace = kept.pace
         if kept.look is None or now >= self.hard_at:
             if kept.look is not None:
-                assert kept.pace is not None
-                self.limit = kept.pace.ceiling
+                assert pace is not None
+                self.limit = pace.ceiling
             deadlines.cut(self)
-            return
-        if self.looking is None and not self.busy:
-            self.looking = _spawn(self._look(deadlines))
-        assert kept.pace is not None
-        deadlines.watch(self, min(self.hard_at - now, kept.pace.deadline))
+        elif self.busy:
+            deadlines.watch(self, self.hard_at - now)
+        else:
+            assert pace is not None
+            if self.looking is None:
+                self.looking = _spawn(self._look(deadlines))
+            deadlines.watch(self, min(self.hard_at - now, pace.deadline))
 
     async def _look(self, deadlines: Deadlines) -> None:
         assert self.kept.look is not None
@@ -555,8 +563,8 @@ class _Use(_Watched):
         if self.cut:
             await self.conn.close()
             await kept._hand_back(self.conn)
-            if pace is not None:
-                pace.cut()
+            if pace is not None and self.limit is not None:
+                pace.cut()  # not after a look: the server was idle, not slow
             if isinstance(exc, Exception):
                 if self.limit is None:
                     raise _not_at_work(time.monotonic() - self.began) from exc
