@@ -1,11 +1,13 @@
 """The sweep: after a call of the worker's was cut at its deadline, every idle connection
-of that pool makes a round trip at once, and the LISTEN connection checks its own health.
+of its pools (its own and the App's) makes a round trip at once, and the LISTEN
+connection checks its own health.
 
 A call cut at its deadline says that its connection was dead without a word (a proxy
-that hung, a pooler that lost its server), and the pool's other connections, made the
-same way, are likely as dead: left to be found one call at a time, each would cost a
-service its deadline in turn. Swept together, the dead ones are cut at once (the pool
-replaces them) while the live ones answer in milliseconds. The round trips have a
+that hung, a pooler that lost its server), and the other connections, made the same
+way, are likely as dead: left to be found one call at a time, each would cost a service
+(or a task's defer, on the App's pool) its deadline in turn. Swept together, the dead
+ones are cut at once (their pool replaces them) while the live ones answer in
+milliseconds. The round trips have a
 `Pace` of their own; a sweep's own cuts do not call for another, and sweeps come at most
 every `asyncq.pools.FLOOR` seconds.
 """
@@ -41,11 +43,10 @@ class Sweep:
         self.pace = pace or Pace(DEADLINE, first=FLOOR)
         self.sweeps = 0
         self.dead = 0  # connections the sweeps found dead
-        self._cut_in: set[AsyncConnectionPool] = set()
         self._cut = anyio.Event()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        stops = [on_cut(pool, self._told(pool)) for pool in self.pools]
+        stops = [on_cut(pool, self._told) for pool in self.pools]
         task_status.started()
         try:
             while True:
@@ -56,20 +57,15 @@ class Sweep:
             for stop in stops:
                 stop()
 
-    def _told(self, pool: AsyncConnectionPool) -> Callable[[], None]:
-        def cut() -> None:
-            self._cut_in.add(pool)
-            self._cut.set()
-
-        return cut
+    def _told(self) -> None:
+        self._cut.set()
 
     async def sweep(self) -> None:
         for told in self.also:
             told()
-        swept, self._cut_in = self._cut_in, set()
         dead_before = self.dead
         async with anyio.create_task_group() as probes:
-            for pool in swept:
+            for pool in self.pools:
                 for _ in range(pool.get_stats().get("pool_available", 0)):
                     probes.start_soon(self._probe, pool)
         self._cut = anyio.Event()  # the probes' own cuts call for no other sweep
