@@ -34,7 +34,7 @@ from tests.faults.pgctl import ControlledPostgres
 from tests.harness.app import WORK
 from tests.harness.app import app as harness_app
 from tests.harness.ledger import Entry, Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
 # A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
 # pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's
@@ -187,6 +187,18 @@ def transitions(db: Db) -> dict[int, list[tuple[Any, ...]]]:
 def fault_workers(dsn: str, folder: Path, **env: str) -> Workers:
     """Workers of the harness app with the ledger and the logs in ``folder``."""
     return Workers(dsn, Ledger(folder / "ledger.txt"), folder / "logs", **env)
+
+
+def log_lines(worker: WorkerProcess) -> list[tuple[float, str]]:
+    """(unix time, message) of each line of a worker's log (the CLI's text format)."""
+    found = []
+    for line in worker.stderr().splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        found.append((at, line[24:]))
+    return found
 
 
 def explain(

@@ -45,6 +45,7 @@ from tests.faults.support import (
     explain,
     fault_workers,
     jobs,
+    log_lines,
     not_done,
     record_figures,
     summary,
@@ -151,6 +152,7 @@ def test_a_hung_proxy(
         rows[i]["finished"] - max(e.at for e in ledger[i] if e.event == "end") for i in long
     ]
     log = worker.stderr()
+    reconnected = [at for at, text in log_lines(worker) if "listener reconnected" in text]
     figures: dict[str, Any] = {
         "lease_s": LEASE,
         "new_connections": new,
@@ -171,6 +173,7 @@ def test_a_hung_proxy(
                 "listener connection lost",
             )
         },
+        "listener_reconnected_after_fault_s": [round(at - wedged_at, 2) for at in reconnected],
         "probe_done_after_listening_again_s": round(probe_s, 3),
         "worker_connections_at_end": connections,
     }
