@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import logging
 import socket
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -78,6 +79,10 @@ TCP_DEFAULTS: dict[str, int] = {
 }
 # Seconds a database call may take, from asking for a connection to its answer.
 DEADLINE = 10.0
+
+# Whether the server is still at work on the statement ``conn`` waits for (asked on
+# another connection): see `KeptConnection`.
+Look = Callable[[AsyncConnection[Any]], Awaitable[bool]]
 
 
 def tcp_defaults(dsn: str) -> dict[str, int]:
@@ -159,14 +164,80 @@ async def _close_read_only(conn: AsyncConnection[Any]) -> None:
 
 # -- deadlines ------------------------------------------------------------------------------
 
+FLOOR = 2.0  # no deadline of a `Pace` is shorter
+FACTOR = 5.0  # a `Pace`'s deadline: this many times the third longest recent call
+WINDOW = 100  # the calls a `Pace` remembers
+LEARNED = 5  # calls a `Pace` must have seen before its deadline is theirs
+
+
+class Pace:
+    """How long the calls of one kind usually take, and so how long one may take before
+    it is cut (`deadline`): `FACTOR` times the third longest of the last `WINDOW` calls
+    that succeeded, but no less than ``floor`` and no more than ``ceiling``; until
+    `LEARNED` calls have succeeded, ``first`` (the ceiling unless given). A claim that
+    takes milliseconds is cut after ``floor`` seconds, not after the ten a slow call may
+    need.
+
+    A call cut at the pace's deadline doubles it for the next call, and the next, up to
+    the ceiling, until one succeeds: a server that has become slower than the calls it
+    answered (a disk that stalls, a lock) is not cut for ever at a pace it has lost."""
+
+    __slots__ = ("_base", "_cuts", "_first", "_next", "_samples", "ceiling", "deadline", "floor")
+
+    def __init__(self, ceiling: float, *, floor: float = FLOOR, first: float | None = None) -> None:
+        self.ceiling = ceiling
+        self.floor = min(floor, ceiling)
+        self._first = ceiling if first is None else min(first, ceiling)
+        self.deadline = self._base = self._first  # _base: before any doubling
+        self._samples: list[float] = []
+        self._next = 0
+        self._cuts = 0
+
+    def took(self, seconds: float) -> None:
+        """A call of this kind succeeded in ``seconds``."""
+        samples = self._samples
+        if len(samples) < WINDOW:
+            samples.append(seconds)
+        else:
+            samples[self._next] = seconds
+        self._next = (self._next + 1) % WINDOW
+        # Longer at once; shorter every few calls (the third longest costs a pass).
+        if self._cuts or seconds * FACTOR > self._base or not self._next % 16:
+            self._cuts = 0
+            self._update()
+        elif len(samples) == LEARNED:
+            self._update()
+
+    def cut(self) -> None:
+        """A call of this kind was cut at this pace's deadline."""
+        self._cuts = min(self._cuts + 1, 16)
+        self._update()
+
+    def _update(self) -> None:
+        samples = self._samples
+        if len(samples) < LEARNED:
+            self._base = self._first
+        else:
+            self._base = max(self.floor, FACTOR * heapq.nlargest(3, samples)[-1])
+        self.deadline = min(self.ceiling, self._base * 2**self._cuts)
+
+
+def pace_of(deadline: float | Pace | None) -> Pace | None:
+    return deadline if isinstance(deadline, Pace) else None
+
 
 class _Watched:
     """A call that `Deadlines` watches: it has a connection, and learns if it was cut."""
 
-    __slots__ = ("conn", "cut")
+    __slots__ = ("conn", "cut", "pool")
 
     conn: AsyncConnection[Any]
     cut: bool
+    pool: AsyncConnectionPool
+
+    def due(self, deadlines: Deadlines, now: float) -> None:
+        """Its deadline has come: cut it."""
+        deadlines.cut(self)
 
 
 class Deadlines:
@@ -193,6 +264,17 @@ class Deadlines:
         # The timer stays: it finds nothing due and is set again for what is left.
         self._calls.pop(call, None)
 
+    def watching(self, call: _Watched) -> bool:
+        return call in self._calls
+
+    def cut(self, call: _Watched) -> None:
+        """Cut ``call``'s connection now, and tell whom its pool's `on_cut` names."""
+        self._calls.pop(call, None)
+        call.cut = True
+        cut(call.conn)
+        for told in _told_of_cuts.get(call.pool, ()):
+            told()
+
     @property
     def watched(self) -> int:
         return len(self._calls)
@@ -201,19 +283,21 @@ class Deadlines:
         loop = asyncio.get_running_loop()
         self._timer, self._timer_at = None, float("inf")
         now = loop.time()
-        earliest = float("inf")
         for call, at in list(self._calls.items()):
             if at <= now:
                 del self._calls[call]
-                call.cut = True
-                cut(call.conn)
-            elif at < earliest:
-                earliest = at
+                call.due(self, now)  # may watch it again, for later
+        earliest = min(self._calls.values(), default=float("inf"))
         if earliest < self._timer_at:
+            if self._timer is not None:  # set by a call watched again, for a later time
+                self._timer.cancel()
             self._timer, self._timer_at = loop.call_at(earliest, self._expire), earliest
 
 
 _deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
+    weakref.WeakKeyDictionary()
+)
+_told_of_cuts: weakref.WeakKeyDictionary[AsyncConnectionPool, list[Callable[[], None]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -225,6 +309,19 @@ def deadlines() -> Deadlines:
     if found is None:
         found = _deadlines[loop] = Deadlines()
     return found
+
+
+def on_cut(pool: AsyncConnectionPool, told: Callable[[], None]) -> Callable[[], None]:
+    """Call ``told()`` (on the loop, at once: it must not block) whenever a call on one of
+    ``pool``'s connections is cut at its deadline. Returns what stops it."""
+    found = _told_of_cuts.setdefault(pool, [])
+    found.append(told)
+
+    def stop() -> None:
+        if told in found:
+            found.remove(told)
+
+    return stop
 
 
 def cut(conn: AsyncConnection[Any]) -> None:
@@ -247,21 +344,23 @@ async def _give_back(pool: AsyncConnectionPool, conn: AsyncConnection[Any]) -> N
         await pool.putconn(conn)
 
 
-def connection(pool: AsyncConnectionPool, deadline: float | None = None) -> _Call:
+def connection(pool: AsyncConnectionPool, deadline: float | Pace | None = None) -> _Call:
     """``async with connection(pool) as conn:`` one database call, from asking ``pool``
     for a connection to the end of the block, within ``deadline`` seconds: past it the
     connection is cut, and the block ends with `TimeoutError` (or `PoolTimeout`, while
     it waited for a connection). The connection goes back to the pool after it, or is
-    replaced if it was cut or broke. ``deadline`` defaults to `DEADLINE`."""
+    replaced if it was cut or broke. ``deadline`` defaults to `DEADLINE`; a `Pace` gives
+    its own, and learns from the call."""
     return _Call(pool, DEADLINE if deadline is None else deadline)
 
 
 class _Call(_Watched):
-    __slots__ = ("deadline", "pool", "since")
+    __slots__ = ("deadline", "pace", "since")
 
-    def __init__(self, pool: AsyncConnectionPool, deadline: float) -> None:
+    def __init__(self, pool: AsyncConnectionPool, deadline: float | Pace) -> None:
         self.pool = pool
-        self.deadline = deadline
+        self.pace = pace_of(deadline)
+        self.deadline = deadline.deadline if isinstance(deadline, Pace) else deadline
         self.cut = False
 
     async def __aenter__(self) -> AsyncConnection[Any]:
@@ -274,10 +373,15 @@ class _Call(_Watched):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         deadlines().done(self)
+        pace = self.pace
         if self.cut:
             await self.conn.close()
+            if pace is not None:
+                pace.cut()
         elif _to_close(self.pool, self.conn, exc):
             await _close_read_only(self.conn)
+        elif pace is not None and exc_type is None:
+            pace.took(time.monotonic() - self.since)
         await _give_back(self.pool, self.conn)
         if self.cut and isinstance(exc, Exception):
             raise _timed_out(self.deadline) from exc
@@ -286,6 +390,13 @@ class _Call(_Watched):
 def _timed_out(deadline: float) -> TimeoutError:
     return TimeoutError(
         f"a database call took longer than {deadline:g}s: its connection was closed"
+    )
+
+
+def _not_at_work(waited: float) -> TimeoutError:
+    return TimeoutError(
+        f"a database call had no answer after {waited:.1f}s and its server was not at work"
+        " on it: its connection was closed"
     )
 
 
@@ -304,11 +415,29 @@ class KeptConnection:
     still applies. Uses may overlap: the one that finds it taken checks out another.
     Each use is one database call with its ``deadline`` (`DEADLINE` unless given; see
     `connection`).
+
+    With a ``look`` (and a `Pace` for ``deadline``), a use past its pace's deadline is
+    not cut at once: ``look(conn)`` asks the server, on a new connection, whether it is
+    still at work on that use's statement. If it is not, the use is cut then; if it is,
+    the use has up to the pace's ceiling; if the look gets no answer (the way to the
+    server is down for new connections too), it looks again after another deadline.
+    For a call that must not be cut while the server runs it (a claim, cut after its
+    commit, leaves its jobs to their lease).
     """
 
-    def __init__(self, pool: AsyncConnectionPool, *, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        deadline: float | Pace | None = None,
+        look: Look | None = None,
+    ) -> None:
         self.pool = pool
-        self.deadline = DEADLINE if deadline is None else deadline
+        self.pace = pace_of(deadline)
+        if deadline is None:
+            deadline = DEADLINE
+        self.deadline = deadline.ceiling if isinstance(deadline, Pace) else deadline
+        self.look = look if self.pace is not None else None
         self._conn: AsyncConnection[Any] | None = None
         self._since = 0.0
         self._used = 0.0
@@ -361,37 +490,100 @@ class KeptConnection:
 class _Use(_Watched):
     # A class, not @asynccontextmanager: an async generator per statement costs more
     # than the statement's own Python code.
-    __slots__ = ("kept", "since", "watch")
+    __slots__ = ("began", "busy", "hard_at", "kept", "limit", "looking", "since", "watch")
+
+    busy: bool  # a look found the server at work on it: left to the pace's ceiling
+    hard_at: float
+    limit: float | None  # the deadline it is cut at; None: cut after a look
+    looking: asyncio.Task[None] | None
 
     def __init__(self, kept: KeptConnection) -> None:
         self.kept = kept
+        self.pool = kept.pool
         self.cut = False
 
     async def __aenter__(self) -> AsyncConnection[Any]:
         kept = self.kept
+        pace = kept.pace
+        deadline = pace.deadline if pace is not None else kept.deadline
+        self.began = began = time.monotonic()
         conn, kept._conn = kept._conn, None
         if conn is None:
-            began = time.monotonic()
-            self.conn, self.since = await kept.pool.getconn(timeout=kept.deadline), began
-            left = kept.deadline - (time.monotonic() - began)
+            self.conn, self.since = await kept.pool.getconn(timeout=deadline), began
+            waited = time.monotonic() - began
         else:
-            self.conn, self.since, left = conn, kept._since, kept.deadline
+            self.conn, self.since, waited = conn, kept._since, 0.0
         self.watch = deadlines()
-        self.watch.watch(self, left)
+        self.limit = deadline
+        if kept.look is not None:
+            assert pace is not None
+            self.busy, self.looking = False, None
+            self.hard_at = asyncio.get_running_loop().time() + pace.ceiling - waited
+        self.watch.watch(self, deadline - waited)
         return self.conn
+
+    def due(self, deadlines: Deadlines, now: float) -> None:
+        kept = self.kept
+        pace = kept.pace
+        if kept.look is None or now >= self.hard_at:
+            if kept.look is not None:
+                assert pace is not None
+                self.limit = pace.ceiling
+            deadlines.cut(self)
+        elif self.busy:
+            deadlines.watch(self, self.hard_at - now)
+        else:
+            assert pace is not None
+            if self.looking is None:
+                self.looking = _spawn(self._look(deadlines))
+            deadlines.watch(self, min(self.hard_at - now, pace.deadline))
+
+    async def _look(self, deadlines: Deadlines) -> None:
+        assert self.kept.look is not None
+        try:
+            busy = await self.kept.look(self.conn)
+        except Exception:  # noqa: BLE001 - no answer: look again at the next deadline
+            return
+        finally:
+            self.looking = None
+        if busy:
+            self.busy = True
+        elif deadlines.watching(self):
+            self.limit = None
+            deadlines.cut(self)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         self.watch.done(self)
         kept = self.kept
+        pace = kept.pace
+        if kept.look is not None and self.looking is not None:
+            self.looking.cancel()
         if self.cut:
             await self.conn.close()
             await kept._hand_back(self.conn)
+            if pace is not None and self.limit is not None:
+                pace.cut()  # not after a look: the server was idle, not slow
             if isinstance(exc, Exception):
-                raise _timed_out(kept.deadline) from exc
-        elif _to_close(kept.pool, self.conn, exc):
+                if self.limit is None:
+                    raise _not_at_work(time.monotonic() - self.began) from exc
+                raise _timed_out(self.limit) from exc
+            return
+        if pace is not None and exc_type is None:
+            pace.took(time.monotonic() - self.began)
+        if _to_close(kept.pool, self.conn, exc):
             await _close_read_only(self.conn)
             await kept._hand_back(self.conn)
         elif not kept._keep(self.conn, self.since, ok=exc_type is None):
             await kept._hand_back(self.conn)
+
+
+_looks: set[asyncio.Task[None]] = set()
+
+
+def _spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    task = asyncio.get_running_loop().create_task(coro)
+    _looks.add(task)  # a strong reference until it ends
+    task.add_done_callback(_looks.discard)
+    return task

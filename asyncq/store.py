@@ -493,6 +493,17 @@ class Store:
         cur = await conn.execute(self.q["paused_queues"])
         return {str(r[0]): r[1] for r in await cur.fetchall()}
 
+    async def at_work(self, conn: Conn, *, pid: int, application_name: str | None) -> bool:
+        """Whether the server is at work on a statement of the session ``pid`` (behind a
+        pooler: of any session named ``application_name``), asked on another ``conn``."""
+        params = {
+            "own_pid": conn.info.backend_pid,
+            "pid": pid,
+            "application_name": application_name,
+        }
+        row = await (await conn.execute(self.q["at_work"], params)).fetchone()
+        return bool(row and row[0])
+
     async def try_lock(self, conn: Conn, *, name: str, schema: str) -> bool:
         """Take the transaction's advisory lock on ``name`` for ``schema``; False if another
         session holds it. Call inside a transaction, first: the lock ends with it, and the

@@ -225,6 +225,20 @@ SELECT * FROM asyncq_heartbeat(%(worker)s::text, %(ids)s::bigint[], %(claims)s::
 -- a LISTEN connection (App(listen=False)) reads every poll interval instead of being told.
 SELECT * FROM asyncq_aborts_requested(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
 
+-- name: at_work
+-- Whether the server is at work on the statement of another session, one that waits
+-- long for its answer (asked on a new connection, while that one waits): the session
+-- with that process id; behind a pooler (its process ids are its own, so this
+-- connection's is not this server process's), any session of that application_name.
+-- A session blocked writing its answer to a client that does not read it is not at work.
+SELECT EXISTS (
+    SELECT FROM pg_stat_activity
+     WHERE state = 'active' AND wait_event IS DISTINCT FROM 'ClientWrite'
+       AND pid <> pg_backend_pid()
+       AND CASE WHEN pg_backend_pid() = %(own_pid)s THEN pid = %(pid)s
+                ELSE application_name = %(application_name)s END
+)
+
 -- name: try_lock
 -- The maintenance gate: one worker at a time does a piece of maintenance of a schema.
 -- The first statement of the gate's transaction: it bounds its idle time, as limit_idle does.

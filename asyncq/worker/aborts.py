@@ -16,8 +16,8 @@ from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
-# A look slower than this loses its connection, is reported, and is tried again at the
-# next turn.
+# A look slower than this (or than its pace: `asyncq.pools.Pace`) loses its connection,
+# is reported, and is tried again at the next turn.
 LOOK_DEADLINE = 5.0
 
 
@@ -40,6 +40,7 @@ class AbortPoll:
         self.dispatcher = dispatcher
         self.interval = interval
         self.observer = observer
+        self.pace = pools.Pace(LOOK_DEADLINE)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -50,7 +51,7 @@ class AbortPoll:
         attempts = [a for a in self.dispatcher.attempts() if a.stop is None]
         if not attempts:
             return
-        async with pools.connection(self.pool, LOOK_DEADLINE) as conn:
+        async with pools.connection(self.pool, self.pace) as conn:
             asked = await self.store.aborts_requested(
                 conn, worker=self.worker, jobs=[a.job for a in attempts]
             )

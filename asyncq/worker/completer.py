@@ -11,7 +11,9 @@ a failure that says it could not be recorded, or, if even that is refused, left 
 the job's lease. A done job whose result is refused is written done without it.
 
 A write may commit and lose its answer with its connection: its retry is refused by the
-fence. An outcome refused so is looked up before it is reported as a lease lost.
+fence. An outcome refused so is looked up before it is reported as a lease lost. So a
+write may be cut early, at the pace of the writes before it (`asyncq.pools.Pace`): one
+stuck on a dead connection is tried again on another within seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from anyio.abc import TaskStatus
 from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
-from asyncq.pools import KeptConnection
+from asyncq.pools import DEADLINE, KeptConnection, Pace
 from asyncq.store import Conn, Store
 from asyncq.transient import is_transient
 from asyncq.worker.observer import Observer
@@ -59,7 +61,7 @@ class Completer:
         on_written: Callable[[Sequence[Job]], None],
         storable: Callable[[str], str],
     ) -> None:
-        self.kept = KeptConnection(pool)
+        self.kept = KeptConnection(pool, deadline=Pace(DEADLINE))
         self.store = store
         self.worker = worker
         self.observer = observer

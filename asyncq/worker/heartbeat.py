@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from asyncq import pools
 from asyncq.store import Store
-from asyncq.worker.dispatch import Dispatcher
+from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.observer import Observer
 from asyncq.worker.services import every
 
@@ -47,6 +47,9 @@ class Heartbeat:
         self.observer = observer
         self.beats = 0
         self._failing = False  # the last renewal failed: try again soon
+        # Within its interval: a renewal never overlaps the next one. At the pace of the
+        # renewals before it: one stuck on a dead connection is tried again on another.
+        self.pace = pools.Pace(interval)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -61,8 +64,7 @@ class Heartbeat:
             self._failing = False
             return
         self._failing = True  # until it succeeds
-        # Within its interval: a renewal never overlaps the next one.
-        async with pools.connection(self.pool, self.interval) as conn:
+        async with pools.connection(self.pool, self.pace) as conn:
             # Just before the statement is sent: the database renews each lock after this.
             sent = asyncio.get_running_loop().time()
             kept = await self.store.heartbeat(
@@ -73,7 +75,11 @@ class Heartbeat:
         for attempt in attempts:
             aborted = kept.get(attempt.job.id)
             if aborted is None:
-                if self.dispatcher.held.get(attempt.job.id) is attempt:
+                # An attempt that has ended waits for its outcome's write, which may have
+                # ended the job before this renewal ran, its answer still on its way (the
+                # two retried together after a fault, say): the write's fence tells.
+                ended = attempt.state is State.ENDED
+                if self.dispatcher.held.get(attempt.job.id) is attempt and not ended:
                     self.dispatcher.lose(attempt, "reaped or claimed elsewhere")
                 continue
             self.dispatcher.renewed(attempt, sent)

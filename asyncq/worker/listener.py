@@ -9,6 +9,11 @@ with backoff, and after every (re)connect wakes a claim loop and asks the databa
 the next job comes due, for what it may have missed while it was not listening.
 A server that reports itself read-only (a primary fenced after a failover) hears no
 NOTIFY ever again: the health check reconnects from it too, to where the DSN now leads.
+
+The check's round trip is given up at the pace of the checks before it (at most the
+health timeout: `asyncq.pools.Pace`), and `check_now` runs it at once: when another
+call of the worker was cut at its deadline, the LISTEN connection, made the same way,
+may be as dead.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg import sql
 
-from asyncq.pools import on_read_only_server
+from asyncq.pools import FLOOR, Pace, on_read_only_server
 from asyncq.store import Store
 from asyncq.transient import TRANSIENT_ERRORS, is_transient
 from asyncq.worker.observer import Observer
@@ -52,6 +57,7 @@ class Listener:
         health_interval: float,
         health_timeout: float,
         observer: Observer,
+        pace: Pace | None = None,
     ) -> None:
         self.connect = connect
         self.store = store
@@ -65,6 +71,17 @@ class Listener:
         self.health_timeout = health_timeout
         self.observer = observer
         self.reconnects = 0
+        # The check's round trip: short before any is known, and never past the timeout.
+        self.pace = pace or Pace(health_timeout, first=FLOOR)
+        self._waiting: anyio.CancelScope | None = None  # for notifications, between checks
+        self._check_asked = False
+
+    def check_now(self) -> None:
+        """Check the connection's health now (or as soon as it waits for notifications),
+        not after the interval."""
+        self._check_asked = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         tries = Tries(self.name, self.observer)
@@ -78,6 +95,7 @@ class Listener:
                         await conn.execute(
                             sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
                         )
+                    self._check_asked = False  # a new connection: no need
                     if tries.failures:
                         self.reconnects += 1
                     self.observer.listener_connected(reconnected=bool(tries.failures))
@@ -113,31 +131,56 @@ class Listener:
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         queues, wakeup, due = self.queues, self.wakeup, self.due
         while True:
-            # Closed on the way out: left suspended by a cancel in the loop's body, the
-            # generator would hold the connection's lock, and closing it would wait.
-            async with aclosing(conn.notifies(timeout=self.health_interval)) as notifies:
-                async for notify in notifies:
-                    if notify.payload.startswith(WAKE):
-                        ms = notify.payload[1:]
-                        self.waiting_due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
-                        continue
-                    if notify.payload.startswith(ABORT):
-                        job_id, _, claim = notify.payload[1:].partition(":")
-                        if job_id.isdigit() and claim.isdigit():
-                            self.abort(int(job_id), int(claim))
-                        continue
-                    queue, later, ms = notify.payload.partition(DUE)
-                    if queues is not None and queue not in queues:
-                        continue
-                    if later:
-                        due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
-                    else:
-                        wakeup.set()
-                        await asyncio.sleep(0)  # let the claim loop claim before we wait
+            if not self._check_asked:
+                with anyio.CancelScope() as self._waiting:
+                    await self._hear(conn, queues, wakeup, due)
+                self._waiting = None
+            self._check_asked = False
             if due.overflowed and not due.pending:
                 due.overflowed = False
                 await self._catch_up(conn)
-            with anyio.fail_after(self.health_timeout):
+            await self._check(conn)
+
+    async def _hear(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        queues: frozenset[str] | None,
+        wakeup: Wakeup,
+        due: DueTimes,
+    ) -> None:
+        """Act on the notifications until `health_interval` passes without one."""
+        # Closed on the way out: left suspended by a cancel in the loop's body, the
+        # generator would hold the connection's lock, and closing it would wait.
+        async with aclosing(conn.notifies(timeout=self.health_interval)) as notifies:
+            async for notify in notifies:
+                if notify.payload.startswith(WAKE):
+                    ms = notify.payload[1:]
+                    self.waiting_due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                    continue
+                if notify.payload.startswith(ABORT):
+                    job_id, _, claim = notify.payload[1:].partition(":")
+                    if job_id.isdigit() and claim.isdigit():
+                        self.abort(int(job_id), int(claim))
+                    continue
+                queue, later, ms = notify.payload.partition(DUE)
+                if queues is not None and queue not in queues:
+                    continue
+                if later:
+                    due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                else:
+                    wakeup.set()
+                    await asyncio.sleep(0)  # let the claim loop claim before we wait
+
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A round trip within its pace, and the server still takes writes."""
+        pace = self.pace
+        began = anyio.current_time()
+        try:
+            with anyio.fail_after(pace.deadline):
                 await conn.execute("SELECT 1")
-            if on_read_only_server(conn):
-                raise psycopg.errors.ReadOnlySqlTransaction("the server has become read-only")
+        except TimeoutError:
+            pace.cut()
+            raise
+        pace.took(anyio.current_time() - began)
+        if on_read_only_server(conn):
+            raise psycopg.errors.ReadOnlySqlTransaction("the server has become read-only")

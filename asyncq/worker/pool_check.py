@@ -24,6 +24,7 @@ class PoolCheck:
     def __init__(self, *, pool: AsyncConnectionPool, observer: Observer) -> None:
         self.pool = pool
         self.observer = observer
+        self.pace = pools.Pace(INTERVAL)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -32,5 +33,5 @@ class PoolCheck:
     async def check_one(self) -> None:
         if not self.pool.get_stats().get("pool_available"):
             return  # every connection is in use, and so known to work, or soon not to
-        async with pools.connection(self.pool, INTERVAL) as conn:
+        async with pools.connection(self.pool, self.pace) as conn:
             await conn.execute("")

@@ -8,23 +8,31 @@ When the slots hold two batches, two claim loops run, each on its own connection
 so that one claim's round trip overlaps the jobs of the other's batch. A loop takes
 its slots before it claims and gives back those its claim did not fill. Only the
 first loop polls; a wake-up, or a full batch claimed by its sibling, wakes the second.
+
+A claim has the pace of the claims before it (`asyncq.pools.Pace`): one that takes
+milliseconds and has no answer after two seconds is looked at, on a new connection
+(`at_work`): if the server is not at work on it (its connection is stuck: a proxy
+that hung, say), it is cut then and claimed again, on another connection; if it is,
+it has its whole deadline. A claim cut after its commit would leave its jobs to their
+lease: only a claim the server no longer runs is cut early.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from asyncq.job import Job
 from asyncq.limits import ClaimLimits
-from asyncq.pools import DEADLINE, KeptConnection
-from asyncq.store import Store
+from asyncq.pools import DEADLINE, FLOOR, KeptConnection, Pace
+from asyncq.store import Conn, Store
 from asyncq.transient import TRANSIENT_ERRORS, is_transient
 from asyncq.worker.completer import Completer
 from asyncq.worker.observer import Observer
@@ -33,6 +41,7 @@ from asyncq.worker.slots import Slots
 from asyncq.worker.wakeup import Wakeup
 
 CLAIM_DEADLINE = DEADLINE
+LOOK_DEADLINE = FLOOR  # a look at a claim: a new connection and one round trip
 
 
 class Hold(Protocol):
@@ -64,6 +73,7 @@ class Producer:
         claim_loops: int = 1,
         limits: ClaimLimits | None = None,
         completer: Completer | None = None,
+        connect: Callable[[], Awaitable[AsyncConnection[Any]]] | None = None,
     ) -> None:
         self.pool = pool
         self.store = store
@@ -78,6 +88,8 @@ class Producer:
         self.is_idle = is_idle
         self.drain = drain
         self.observer = observer
+        self.connect = connect  # a new connection, outside the pool, for a look
+        self.pace = Pace(CLAIM_DEADLINE)
         # When busy, wait for half a batch of free slots rather than claiming one job at a
         # time (or for half the slots, with the jobs held ahead, if they hold less).
         self.refill_at = max(1, batch_size // 2)
@@ -106,7 +118,10 @@ class Producer:
                 loops.start_soon(self._claim_loop, number)
 
     async def _claim_loop(self, number: int) -> None:
-        kept = KeptConnection(self.pool, deadline=CLAIM_DEADLINE)
+        if self.connect is None:  # no look: a claim has its whole deadline
+            kept = KeptConnection(self.pool, deadline=CLAIM_DEADLINE)
+        else:
+            kept = KeptConnection(self.pool, deadline=self.pace, look=self._look)
         try:
             await self._claim_until_done(kept, polls=number == 0)
         finally:
@@ -221,6 +236,16 @@ class Producer:
                 jobs = [job for job in jobs if job.task_name not in names]
         if jobs:
             self.hold(jobs, sent)
+
+    async def _look(self, conn: Conn) -> bool:
+        """Whether the server is still at work on the claim that ``conn`` waits for: asked
+        on a new connection (the pool's may be as stuck as this one)."""
+        assert self.connect is not None
+        info = conn.info
+        pid, name = info.backend_pid, info.parameter_status("application_name")
+        async with asyncio.timeout(LOOK_DEADLINE):
+            async with await self.connect() as fresh:
+                return await self.store.at_work(fresh, pid=pid, application_name=name)
 
     async def _claim(
         self, kept: KeptConnection, limit: int, limited: int

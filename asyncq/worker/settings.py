@@ -198,7 +198,8 @@ class WorkerSettings:
         _seconds(0.1, 3600),
         "--listener-health-timeout",
         metavar="SECONDS",
-        help="advanced: reconnect when that check gets no answer within this long",
+        help="advanced: reconnect when that check gets no answer within this long (at most:"
+        " sooner once its usual round trip is known)",
     )
     metrics_port: int | None = option(
         None,

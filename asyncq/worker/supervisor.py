@@ -58,6 +58,7 @@ from asyncq.worker.producer import Producer
 from asyncq.worker.services import Service, start_all
 from asyncq.worker.settings import WorkerSettings
 from asyncq.worker.slots import Slots
+from asyncq.worker.sweep import Sweep
 from asyncq.worker.threads import Threads
 from asyncq.worker.waker import Waker
 from asyncq.worker.wakeup import DueTimes, Wakeup
@@ -203,10 +204,13 @@ class Worker:
             claim_loops=loops,
             limits=self.limits,
             completer=completer,
+            connect=self._connect_for_a_look,
         )
         waiting_wakeup = Wakeup()
         waiting_due = DueTimes(waiting_wakeup)
         listen_conninfo = self.listen_conninfo
+        # A round trip and nothing else: the listener's health check, the sweep's probes.
+        round_trip = pools.Pace(settings.listener_health_timeout, first=pools.FLOOR)
         told: Service
         if listen_conninfo is not None:
             told = Listener(
@@ -223,6 +227,7 @@ class Worker:
                 health_interval=settings.listener_health_interval,
                 health_timeout=settings.listener_health_timeout,
                 observer=observer,
+                pace=round_trip,
             )
         else:  # no LISTEN: the claim loop polls, and cancels are looked for as often
             told = AbortPoll(
@@ -281,6 +286,11 @@ class Worker:
                 observer=observer,
             ),
             PoolCheck(pool=self.app_pool, observer=observer),
+            Sweep(
+                pools=[pool, self.app_pool],
+                also=[told.check_now] if isinstance(told, Listener) else [],
+                pace=round_trip,
+            ),
         ]
         if self.schedules:
             services.append(
@@ -354,6 +364,10 @@ class Worker:
                 queues=self.settings.queues,
                 lease=timedelta(seconds=self.settings.lease),
             )
+
+    async def _connect_for_a_look(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection, outside the pools, as the worker's pool makes them."""
+        return await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs_for("look"))
 
     def _kwargs_for(self, role: str) -> dict[str, Any]:
         """Connection options whose application_name says what the connection is for:

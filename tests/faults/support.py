@@ -1,6 +1,7 @@
 """What the fault suite adds to the harness (`tests.harness`): a database on the
 controlled server with audit triggers, a sampler of ``pg_stat_activity``, a steady
-stream of deferred jobs, a TCP proxy that can go silent, and the figures files.
+stream of deferred jobs, and the figures files (the proxy that can hang is
+`tests.harness.proxy`).
 
 Everything here observes from outside: worker processes are real ``python -m asyncq
 worker`` processes, the ledger is written by the tasks themselves, and the audit tables
@@ -13,13 +14,11 @@ import json
 import os
 import random
 import re
-import socket
 import statistics
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,17 +34,22 @@ from tests.faults.pgctl import ControlledPostgres
 from tests.harness.app import WORK
 from tests.harness.app import app as harness_app
 from tests.harness.ledger import Entry, Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers, wait_until
 
 # A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
 # pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's
-# workers run at most 10 jobs at once), one LISTEN connection, and the worker's own pool
-# (its claim loops, at most two, and four more).
+# workers run at most 10 jobs at once), one LISTEN connection, the worker's own pool
+# (its claim loops, at most two, and four more), and the connection of a look at a claim
+# that has no answer (asyncq/worker/producer.py), for a moment.
 MAX_CONCURRENCY = 10
 LISTEN_CONNECTIONS = 1
 WORKER_POOL_MAX = 2 + 4
+LOOK_CONNECTIONS = 1
 CONNECTIONS_PER_WORKER = (
-    max(harness_app.pool_max_size, MAX_CONCURRENCY + 2) + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+    max(harness_app.pool_max_size, MAX_CONCURRENCY + 2)
+    + LISTEN_CONNECTIONS
+    + WORKER_POOL_MAX
+    + LOOK_CONNECTIONS
 )
 
 
@@ -53,7 +57,7 @@ def connection_bound(concurrency: int) -> int:
     """The most connections a worker process of the harness app running ``concurrency``
     jobs at once may have (`CONNECTIONS_PER_WORKER` is this for the suite's usual 10)."""
     app_pool = max(harness_app.pool_max_size, concurrency + 2)
-    return app_pool + LISTEN_CONNECTIONS + WORKER_POOL_MAX
+    return app_pool + LISTEN_CONNECTIONS + WORKER_POOL_MAX + LOOK_CONNECTIONS
 
 
 RESULTS = Path(__file__).parent / "results" / "last-run.json"
@@ -183,6 +187,18 @@ def transitions(db: Db) -> dict[int, list[tuple[Any, ...]]]:
 def fault_workers(dsn: str, folder: Path, **env: str) -> Workers:
     """Workers of the harness app with the ledger and the logs in ``folder``."""
     return Workers(dsn, Ledger(folder / "ledger.txt"), folder / "logs", **env)
+
+
+def log_lines(worker: WorkerProcess) -> list[tuple[float, str]]:
+    """(unix time, message) of each line of a worker's log (the CLI's text format)."""
+    found = []
+    for line in worker.stderr().splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        found.append((at, line[24:]))
+    return found
 
 
 def explain(
@@ -566,108 +582,3 @@ def figures(capsys: pytest.CaptureFixture[str]) -> Callable[[str, dict[str, Any]
             print(f"\n[faults figures] {name}: {json.dumps(values)}")
 
     return save
-
-
-# -- a TCP proxy that can go silent -----------------------------------------------------
-
-
-class _Piped:
-    """One client connection and its upstream connection."""
-
-    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
-        self.client = client
-        self.upstream = upstream
-        self.listening = False  # the client sent a LISTEN
-        self.frozen = threading.Event()
-        self.closed = False
-
-
-class Proxy:
-    """Forwards 127.0.0.1:<port> to a PostgreSQL server, one pair of threads a connection.
-
-    It reads the client's bytes as they pass (without SSL, the protocol is plain text): a
-    connection that sends ``LISTEN`` is the worker's listener. `freeze_listeners` stops
-    forwarding, both ways, on the listener connections open at that moment and keeps
-    their sockets open: the worker sees no error, no reset, no FIN, only silence, as
-    behind a dead NAT entry or a hung server. Connections made later (the pool's, the
-    listener's next one) are forwarded normally.
-    """
-
-    LISTEN = b'LISTEN "asyncq.'
-
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
-        self.upstream = (upstream_host, upstream_port)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.server.getsockname()[1]
-        self.pipes: list[_Piped] = []
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
-
-    def dsn(self, dbname: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}?sslmode=disable"
-
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.upstream, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            pipe = _Piped(client, upstream)
-            with self.lock:
-                self.pipes.append(pipe)
-            for src, dst, sniff in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(
-                    target=self._pump, args=(pipe, src, dst, sniff), daemon=True
-                ).start()
-
-    def _pump(self, pipe: _Piped, src: socket.socket, dst: socket.socket, sniff: bool) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if sniff and self.LISTEN in data:
-                    pipe.listening = True
-                if pipe.frozen.is_set():
-                    self.stopping.wait()  # hold it, and the sockets, until the proxy closes
-                    return
-                dst.sendall(data)
-        except OSError:
-            pass
-        if not pipe.frozen.is_set():
-            self._close(pipe)
-
-    def _close(self, pipe: _Piped) -> None:
-        pipe.closed = True
-        for sock in (pipe.client, pipe.upstream):
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with suppress(OSError):
-                sock.close()
-
-    def listeners(self) -> list[_Piped]:
-        with self.lock:
-            return [p for p in self.pipes if p.listening and not p.closed and not p.frozen.is_set()]
-
-    def freeze_listeners(self) -> int:
-        """Go silent on every open listener connection; returns how many."""
-        found = self.listeners()
-        for pipe in found:
-            pipe.frozen.set()
-        return len(found)
-
-    def close(self) -> None:
-        self.stopping.set()
-        with suppress(OSError):
-            self.server.close()
-        with self.lock:
-            pipes = list(self.pipes)
-        for pipe in pipes:
-            self._close(pipe)

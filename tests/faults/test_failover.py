@@ -42,7 +42,6 @@ from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import (
     Db,
     Deferrer,
-    Proxy,
     Sampler,
     claims,
     create_database,
@@ -59,6 +58,7 @@ from tests.faults.test_server_faults import check_job, job_ms, started
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
 from tests.harness.processes import REPO, wait_until
+from tests.harness.proxy import Proxy
 
 STANDBY = "asyncq_standby"  # the standby's application_name
 WORKERS = 2
@@ -356,7 +356,7 @@ def test_a_worker_on_a_read_only_server_moves_to_the_writable_one(
     dsn = pair.start(name)
     standby = pair.standby
     assert standby is not None
-    proxy = Proxy("127.0.0.1", pair.primary.port)
+    proxy = Proxy(("127.0.0.1", pair.primary.port))
     workers = fault_workers(proxy.dsn(name) if reached_by == "moved_address" else dsn, tmp_path)
     client: Client | None = None
     try:

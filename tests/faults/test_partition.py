@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from tests.faults.support import (
     done_touched,
     fault_workers,
     jobs,
+    log_lines,
     not_done,
     record_figures,
 )
@@ -91,18 +91,6 @@ def silence(link: Partition) -> Iterator[Partition]:
     finally:
         if link.silent:
             link.restore()
-
-
-def log_lines(worker: WorkerProcess) -> list[tuple[float, str]]:
-    """(unix time, message) of each line of a worker's log (the CLI's text format)."""
-    found = []
-    for line in worker.stderr().splitlines():
-        try:
-            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        except ValueError:
-            continue
-        found.append((at, line[24:]))
-    return found
 
 
 def failures(worker: WorkerProcess, what: str, since: float, until: float) -> list[float]:

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import asyncq
-from asyncq.store import IDLE_LIMIT
+from asyncq.store import IDLE_LIMIT, Store
 from tests.harness import pgbouncer
 from tests.harness.pgbouncer import PgBouncer
 from tests.pgbouncer.conftest import bounced_app, start
@@ -195,3 +195,27 @@ async def test_a_workers_transactions_bound_their_idle_time(bouncer: PgBouncer, 
                 await begin()
                 assert await idle_limit() == (IDLE_LIMIT,)
             assert await idle_limit() == ("0",)
+
+
+async def test_the_look_at_a_claim_finds_its_statement_by_application_name(
+    bounced_dsn: str,
+) -> None:
+    """Behind PgBouncer the process id a client is told is PgBouncer's own: the look at a
+    claim with no answer (`Store.at_work`) finds a statement the server runs for it by
+    its application_name, which PgBouncer sets on the server connection."""
+    store = Store()
+    name = "asyncq:test:look"
+    options: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
+    async with (
+        await psycopg.AsyncConnection.connect(
+            bounced_dsn, application_name=name, **options
+        ) as busy,
+        await psycopg.AsyncConnection.connect(bounced_dsn, **options) as looking,
+    ):
+        pid = busy.info.backend_pid
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(busy.execute, "SELECT pg_sleep(2)")
+            with anyio.fail_after(10):
+                while not await store.at_work(looking, pid=pid, application_name=name):  # noqa: ASYNC110 - the server's state
+                    await anyio.sleep(0.01)
+            assert not await store.at_work(looking, pid=pid, application_name="asyncq:nobody")

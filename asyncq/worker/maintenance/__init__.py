@@ -36,10 +36,11 @@ async def gated(
     name: str,
     schema: str,
     work: Callable[[Conn], Awaitable[T]],
+    deadline: float | pools.Pace = PASS_DEADLINE,
 ) -> tuple[bool, T | None]:
     """``work(conn)`` in a transaction that holds the gate ``name`` of ``schema``:
     (True, its result); (False, None) without running it when another session holds it."""
-    async with pools.connection(pool, PASS_DEADLINE) as conn:
+    async with pools.connection(pool, deadline) as conn:
         # Once begun, a pass ends before a shutdown's cancellation reaches it (a
         # transaction cut short would cost the connection), within its deadline.
         with anyio.CancelScope(shield=True):
@@ -76,6 +77,9 @@ class Maintainer:
         self.pieces = list(pieces)
         self.observer = observer
         self._due = dict.fromkeys((p.name for p in self.pieces), 0.0)
+        # Each piece at the pace of its own passes: a rescue takes milliseconds, a prune
+        # of a large backlog may take seconds.
+        self._paces = {p.name: pools.Pace(PASS_DEADLINE) for p in self.pieces}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -96,6 +100,11 @@ class Maintainer:
     async def gated(self, piece: Maintenance) -> bool:
         """One pass of ``piece`` if no other worker runs one now; True if there is more."""
         _, more = await gated(
-            self.pool, self.store, name=piece.name, schema=self.schema, work=piece.run
+            self.pool,
+            self.store,
+            name=piece.name,
+            schema=self.schema,
+            work=piece.run,
+            deadline=self._paces[piece.name],
         )
         return bool(more)
