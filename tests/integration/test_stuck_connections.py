@@ -213,6 +213,7 @@ async def test_check_now_finds_a_stuck_listen_connection_without_waiting_for_the
         wakeup=wakeup,
         due=DueTimes(wakeup),
         abort=lambda job_id, claim: None,
+        waiting_due=DueTimes(Wakeup()),
         health_interval=3600.0,  # no check of its own in this test
         health_timeout=5.0,
         observer=seen,
