@@ -11,7 +11,8 @@ import time
 from tests.harness.app import SLEEP, WORK
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 FINAL = ("done", "failed", "cancelled")
 

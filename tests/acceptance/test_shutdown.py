@@ -12,7 +12,8 @@ import pytest
 from tests.harness.app import NOOP, SLEEP, SLEEP_IN_THREAD, SLOW_ECHO, STUBBORN
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(

@@ -18,7 +18,8 @@ from tests.harness.app import APP, FAIL, SLEEP, WORK
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
 from tests.harness.pgbouncer import PgBouncer
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 @pytest.fixture
