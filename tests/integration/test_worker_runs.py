@@ -244,7 +244,7 @@ async def test_plain_sql_insert_wakes_a_waiting_worker(app: asyncq.App, db: Any,
             # A long poll interval: only the notification can bring the second job in quickly.
             tg.start_soon(lambda: app.run_worker(handle_signals=False, poll_interval=60))
             await first_done.wait()
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):  # well before the next poll
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(
                         "INSERT INTO asyncq_jobs (task_name, args) VALUES (%s, %s)",
