@@ -15,7 +15,8 @@ import psycopg
 from tests.harness.app import APP, FAIL, NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 SERVER_AUTOVACUUM_OFF = "autovacuum is off on this server"
 

@@ -11,7 +11,8 @@ import time
 from tests.harness.app import SLEEP, WORK
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 FINAL = ("done", "failed", "cancelled")
 
@@ -19,10 +20,8 @@ FINAL = ("done", "failed", "cancelled")
 def test_a_queued_job_is_cancelled_at_once_and_never_runs(
     db, workers: Workers, ledger: Ledger
 ) -> None:
-    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 0}])
-    db.execute(
-        "UPDATE asyncq_jobs SET run_at = now() + interval '2 seconds' WHERE id = %s", (job_id,)
-    )
+    [job_id, sibling] = insert_jobs(db, SLEEP, [{"seconds": 0}] * 2)
+    db.execute("UPDATE asyncq_jobs SET run_at = now() + interval '2 seconds'")
     done = workers.cli("cancel", "tests.harness.app:app", str(job_id))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"job {job_id}: cancelled"
@@ -31,7 +30,8 @@ def test_a_queued_job_is_cancelled_at_once_and_never_runs(
     assert row["finished_at"] is not None
 
     workers.start()
-    time.sleep(2.5)  # past its run_at: a worker would have taken it by now
+    # Its sibling, due at the same time, runs: a claim that could take it would have.
+    wait_until(lambda: job_row(db, sibling)["status"] == "done", what="the sibling to run")
     assert job_row(db, job_id)["status"] == "cancelled"
     assert not ledger.events("start", job_id)
 
@@ -40,23 +40,21 @@ def test_a_running_job_is_aborted_by_the_worker_process_that_holds_it(
     db, workers: Workers, ledger: Ledger
 ) -> None:
     # A long lease: the heartbeat (a quarter of it) cannot be what stops the job in time.
-    worker = workers.start(lease=60)
+    worker = workers.start(lease=300)
     [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}])
     wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
 
-    asked = time.monotonic()
     done = workers.cli("cancel", "tests.harness.app:app", str(job_id), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {str(job_id): "aborting"}
-    wait_until(lambda: job_row(db, job_id)["status"] == "cancelled", 5, "the job to be cancelled")
-    assert time.monotonic() - asked < 5
+    wait_until(lambda: job_row(db, job_id)["status"] == "cancelled", what="the job to be cancelled")
     row = job_row(db, job_id)
     assert row["attempts"] == 1
     assert row["last_error"].startswith("Cancelled: attempt 1 of")
     assert [e.attempt for e in ledger.events("cancel", job_id)] == [1], "its finally did not run"
-    worker.wait_log("a cancel asked for it", 5)
+    worker.wait_log("a cancel asked for it", 30)
 
-    time.sleep(1)
+    time.sleep(1)  # a window for it to run again: it must not
     assert job_row(db, job_id)["status"] == "cancelled"
     assert len(ledger.events("start", job_id)) == 1, "a cancelled job ran again"
     assert worker.alive
@@ -72,7 +70,7 @@ def test_a_lost_notification_still_aborts_the_job_by_the_heartbeat(
     [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}])
     wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
     db.execute("UPDATE asyncq_jobs SET abort_requested_at = now() WHERE id = %s", (job_id,))
-    wait_until(lambda: job_row(db, job_id)["status"] == "cancelled", 5, "the job to be cancelled")
+    wait_until(lambda: job_row(db, job_id)["status"] == "cancelled", what="the job to be cancelled")
     assert [e.attempt for e in ledger.events("cancel", job_id)] == [1]
 
 

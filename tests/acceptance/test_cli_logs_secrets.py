@@ -16,7 +16,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.harness.app import APP
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 SECRET = "arg-secret-5e0c71d2"
 PASSWORD = "dsn-password-93fa04c6"

@@ -10,7 +10,8 @@ from collections import Counter
 from tests.harness.app import NOOP, SLEEP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 JOBS = 2000
 PROCESSES = 8

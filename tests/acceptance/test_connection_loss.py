@@ -5,7 +5,8 @@ from __future__ import annotations
 from tests.harness.app import NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 TERMINATE = """
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))

@@ -8,7 +8,8 @@ import signal
 from tests.harness.app import KILL_OWN_WORKER, SLEEP
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 
 def test_job_of_a_killed_worker_runs_again_after_the_lease(

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness.app import APP, FAIL, NOOP
 from tests.harness.jobs import insert_jobs
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 def free_port() -> int:

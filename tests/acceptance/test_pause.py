@@ -8,7 +8,8 @@ import time
 from tests.harness.app import SLEEP, WORK
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 def statuses(db, ids: list[int]) -> list[str]:
@@ -36,13 +37,13 @@ def test_no_worker_claims_from_a_paused_queue_until_it_is_resumed(
     wait_until(lambda: set(statuses(db, other)) == {"done"}, 10, "the other queue's jobs")
     # The job that was running when the queue paused finishes.
     wait_until(lambda: job_row(db, running)["status"] == "done", 10, "the running job to end")
-    time.sleep(1.5)  # several polls and notifications later
+    time.sleep(1.5)  # several polls and notifications later, none may have taken them
     assert set(statuses(db, held)) == {"queued"}
     assert not any(ledger.events("start", job_id) for job_id in held)
 
     resumed = workers.cli("resume", "tests.harness.app:app", "mail")
     assert (resumed.returncode, resumed.stdout.strip()) == (0, "queue mail resumed")
-    wait_until(lambda: set(statuses(db, held)) == {"done"}, 5, "the held jobs to run")
+    wait_until(lambda: set(statuses(db, held)) == {"done"}, what="the held jobs to run")
     again = workers.cli("resume", "tests.harness.app:app", "mail")
     assert again.stdout.strip() == "queue mail was not paused"
     assert not workers.tracebacks()

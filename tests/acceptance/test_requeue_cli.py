@@ -13,7 +13,8 @@ import psycopg
 from tests.harness.app import APP
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import REPO, Workers, wait_until
+from tests.harness.processes import REPO, Workers
+from tests.harness.waiting import wait_until
 
 FIX = "guarded.until_fixed"
 FIX_TOO = "guarded.until_fixed_too"

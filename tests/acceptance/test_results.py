@@ -7,13 +7,13 @@ import asyncio
 import os
 from typing import Any
 
-import anyio
 import pytest
 
 import asyncq
 from tests.harness.app import ECHO, UNSTORABLE
 from tests.harness.jobs import insert_jobs
 from tests.harness.processes import Workers
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -64,9 +64,7 @@ async def test_a_thousand_waiters_share_one_listen_connection_and_all_get_their_
     async with asyncq.App(dsn, application_name=name, result_poll_interval=NEVER) as app:
         ids = insert_jobs(db, ECHO, [{"value": {"n": n}} for n in range(1000)])
         waiters = [asyncio.ensure_future(app.result(i, timeout=60)) for i in ids]
-        with anyio.fail_after(10):
-            while not app.results.settled:  # noqa: ASYNC110 - state of another task
-                await asyncio.sleep(0.01)
+        await until(lambda: app.results.settled, what="the waiters to have made their look")
         async with app.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT application_name, query FROM pg_stat_activity"

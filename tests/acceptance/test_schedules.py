@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.harness.periodic_app import SCHEDULES
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 APP = "tests.harness.periodic_app:app"
 WORKERS = 3

@@ -12,7 +12,8 @@ import pytest
 from tests.harness.app import NOOP, SLEEP, SLEEP_IN_THREAD, SLOW_ECHO, STUBBORN
 from tests.harness.jobs import insert_jobs, job_row
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(
@@ -23,7 +24,7 @@ def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(
     wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
 
     worker.send(signal.SIGTERM)
-    worker.wait_log("stopping", 5)
+    worker.wait_log("stopping", 30)
     # Ready jobs, free slots, a notification: a worker that is stopping must not take them.
     extra = insert_jobs(db, NOOP, [{"n": n} for n in range(3)])
 
@@ -42,15 +43,14 @@ def test_a_job_that_outlives_the_grace_period_is_handed_back(
     db, workers: Workers, ledger: Ledger, signum: int
 ) -> None:
     # A long lease: if the job is queued again right after the exit, the worker handed it
-    # back; the lease could not have brought it back yet.
-    worker = workers.start("--grace", "1", lease=60)
-    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 30}])
+    # back; the lease could not have brought it back yet. The worker exits long before the
+    # job would end.
+    worker = workers.start("--grace", "1", lease=300)
+    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}])
     wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
 
-    signalled = time.monotonic()
     worker.send(signum)
-    assert worker.wait(10) == 0, worker.stderr()
-    assert time.monotonic() - signalled < 5
+    assert worker.wait(30) == 0, worker.stderr()
 
     row = job_row(db, job_id)
     assert (row["status"], row["attempts"]) == ("queued", 0)
@@ -63,16 +63,15 @@ def test_a_job_that_outlives_the_grace_period_is_handed_back(
 
 
 def test_a_second_sigterm_exits_at_once(db, workers: Workers, ledger: Ledger) -> None:
-    worker = workers.start("--grace", "30", lease=60)
-    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 30}])
+    # A grace and a job that outlast the wait for the exit.
+    worker = workers.start("--grace", "60", lease=300)
+    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}])
     wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
 
     worker.send(signal.SIGTERM)
-    worker.wait_log("stopping", 5)
-    signalled = time.monotonic()
+    worker.wait_log("stopping", 30)
     worker.send(signal.SIGTERM)
-    assert worker.wait(5) != 0
-    assert time.monotonic() - signalled < 3
+    assert worker.wait(30) != 0
 
     # Nothing was written on the way out: the lease will bring the job back.
     row = job_row(db, job_id)
@@ -173,7 +172,7 @@ def test_sigterm_lets_an_outcome_write_under_way_end(
         blocker.execute("SELECT 1 FROM asyncq_jobs WHERE id = %s FOR UPDATE", (job_id,))
         wait_until(waiting_on_a_lock, 10, "the outcome's write to wait for the row")
         worker.send(signal.SIGTERM)
-        worker.wait_log("stopping", 5)
+        worker.wait_log("stopping", 30)
         # A worker that cut its write off exits within milliseconds; give it a second.
         deadline = time.monotonic() + 1.0
         while worker.popen.poll() is None and time.monotonic() < deadline:

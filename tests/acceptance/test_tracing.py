@@ -12,8 +12,9 @@ import anyio
 from opentelemetry import trace
 
 import asyncq
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
 from tests.harness.tracing import memory_exporter, named
+from tests.harness.waiting import wait_until
 
 
 def test_an_attempt_in_a_worker_process_links_to_the_defer_in_this_one(

@@ -18,7 +18,8 @@ import pytest
 import asyncq
 from tests.harness.app import APP
 from tests.harness.ledger import Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 Job = Callable[..., int]
 Serve = Callable[..., str]

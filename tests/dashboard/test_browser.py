@@ -19,7 +19,8 @@ import pytest
 
 from tests.dashboard.conftest import Serve, needs_the_extra
 from tests.harness.jobs import insert_jobs, status_of
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 

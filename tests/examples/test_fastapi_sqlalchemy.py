@@ -15,7 +15,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.harness.processes import WorkerProcess, wait_until
+from tests.harness.processes import WorkerProcess
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.anyio
 

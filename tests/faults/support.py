@@ -34,7 +34,8 @@ from tests.faults.pgctl import ControlledPostgres
 from tests.harness.app import WORK
 from tests.harness.app import app as harness_app
 from tests.harness.ledger import Entry, Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 # A worker's connections, from asyncq/app.py and asyncq/worker/supervisor.py: its App's
 # pool (pool_max_size, grown to the concurrency + 2 when a worker runs; the suite's

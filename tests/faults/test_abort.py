@@ -19,7 +19,8 @@ from tests.faults.support import wait_started
 from tests.harness.app import SLEEP
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 @pytest.fixture

@@ -35,7 +35,8 @@ from tests.faults.support import (
     transitions,
 )
 from tests.harness.ledger import Entry
-from tests.harness.processes import WorkerProcess, wait_until
+from tests.harness.processes import WorkerProcess
+from tests.harness.waiting import wait_until
 
 WORKERS = 3
 CONCURRENCY = 10

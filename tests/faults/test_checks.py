@@ -21,7 +21,7 @@ from tests.faults.support import (
 )
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
-from tests.harness.processes import wait_until
+from tests.harness.waiting import wait_until
 
 FAKE_WORKER = 999_999  # a pid no worker of these tests has
 

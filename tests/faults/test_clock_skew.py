@@ -24,7 +24,8 @@ from tests.faults.support import db_now, wait_started
 from tests.harness.app import FAIL_SLOWLY_RETRIED, NOOP, SLEEP
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SKEW = 600.0

@@ -18,7 +18,8 @@ from tests.faults.support import figures
 from tests.harness.app import KILL_OWN_WORKER, NOOP
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import WorkerProcess, Workers, wait_until
+from tests.harness.processes import WorkerProcess, Workers
+from tests.harness.waiting import wait_until
 
 __all__ = ["figures"]  # fixtures
 

@@ -57,8 +57,9 @@ from tests.faults.support import (
 from tests.faults.test_server_faults import check_job, job_ms, started
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
-from tests.harness.processes import REPO, wait_until
+from tests.harness.processes import REPO
 from tests.harness.proxy import Proxy
+from tests.harness.waiting import wait_until
 
 STANDBY = "asyncq_standby"  # the standby's application_name
 WORKERS = 2

@@ -23,7 +23,8 @@ from tests.faults.support import process_state, wait_started
 from tests.harness.app import FREEZE_THEN, SLEEP_BY_ATTEMPT
 from tests.harness.jobs import insert_jobs, job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 @pytest.fixture

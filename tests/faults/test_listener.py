@@ -25,8 +25,9 @@ from tests.faults.support import figures, wait_started
 from tests.harness.app import NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
 from tests.harness.proxy import Proxy
+from tests.harness.waiting import wait_until
 
 __all__ = ["figures"]  # fixtures
 

@@ -55,7 +55,8 @@ from tests.faults.support import (
 )
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
-from tests.harness.processes import REPO, WorkerProcess, wait_until
+from tests.harness.processes import REPO, WorkerProcess
+from tests.harness.waiting import wait_until
 
 # The kernel gives a silent peer up after this long (TCP_DEFAULTS), idle or busy.
 TCP_GIVES_UP = TCP_DEFAULTS["tcp_user_timeout"] / 1000

@@ -19,7 +19,8 @@ import asyncq
 from tests.harness.app import NOOP, ODD_NAME, RAISE_KEYBOARD_INTERRUPT, RAISE_SYSTEM_EXIT, TAKES
 from tests.harness.jobs import job_row, status_of
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 UNKNOWN_ODD = ODD_NAME + " (not registered)"
 

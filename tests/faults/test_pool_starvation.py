@@ -17,7 +17,8 @@ import pytest
 from tests.harness.app import HOLD_CONNECTION
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 LEASE = 2
 HOLD = 2.5 * LEASE

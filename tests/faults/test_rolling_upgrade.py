@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from asyncq.migrate import LATEST_VERSION
-from tests.harness.processes import REPO, WorkerProcess, wait_until
+from tests.harness.processes import REPO, WorkerProcess
+from tests.harness.waiting import wait_until
 
 APP_SOURCE = """
 import os

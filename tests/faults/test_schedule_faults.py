@@ -18,7 +18,7 @@ import pytest
 from tests.faults.pgctl import ControlledPostgres
 from tests.faults.support import Db, create_database, fault_workers
 from tests.harness.periodic_app import SCHEDULES
-from tests.harness.processes import wait_until
+from tests.harness.waiting import wait_until
 
 APP = "tests.harness.periodic_app:app"
 DOWN_BEFORE = 3.0  # seconds before the slot the server stops

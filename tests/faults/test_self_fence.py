@@ -47,7 +47,7 @@ from tests.faults.support import (
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Entry
-from tests.harness.processes import wait_until
+from tests.harness.waiting import wait_until
 
 LEASE = 6.0
 LONG_MS, SHORT_MS = 12_000, 3_000

@@ -40,7 +40,8 @@ from tests.faults.support import (
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Entry
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 WORKERS = 2
 CONCURRENCY = 10

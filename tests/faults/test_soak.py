@@ -29,7 +29,8 @@ from tests.faults.support import (
     record_figures,
 )
 from tests.harness.app import FAIL, WORK
-from tests.harness.processes import WorkerProcess, wait_until
+from tests.harness.processes import WorkerProcess
+from tests.harness.waiting import wait_until
 
 ROUNDS = 10
 JOBS_PER_ROUND = 10_000

@@ -3,7 +3,7 @@
 Workers run ``python -m asyncq worker tests.harness.app:app`` against the test database,
 with the ledger (`tests.harness.ledger`) named in their environment; each one's stderr
 (its log) goes to a file of its own. Nothing here sleeps for a fixed time: tests poll
-with `wait_until` and a deadline.
+with `tests.harness.waiting` and a deadline.
 """
 
 from __future__ import annotations
@@ -14,29 +14,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from tests.harness.app import APP
 from tests.harness.ledger import ENV as LEDGER_ENV
 from tests.harness.ledger import Ledger
+from tests.harness.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-
-T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str = "a condition") -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class WorkerProcess:

@@ -17,6 +17,7 @@ import pytest
 
 import asyncq
 from asyncq.job import Job
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -40,14 +41,13 @@ async def claim_two(app: asyncq.App) -> list[Job]:
 async def waiting_for_a_lock(db: Any, session: str, value: object) -> None:
     """Until a session of pg_stat_activity where ``session`` holds for ``value`` waits
     for a lock."""
-    with anyio.fail_after(10):
-        while True:
-            if db.execute(
-                f"SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND {session}",
-                (value,),
-            ).fetchone():
-                return
-            await anyio.sleep(0.01)
+    await until(
+        lambda: db.execute(
+            f"SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND {session}",
+            (value,),
+        ).fetchone(),
+        what=f"the session where {session!r} holds for {value!r} to wait for a lock",
+    )
 
 
 async def test_outcomes_written_out_of_id_order_do_not_deadlock_a_cancel(

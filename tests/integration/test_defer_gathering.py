@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -37,9 +38,7 @@ class Blocked:
         return self
 
     async def until_waiting(self, n: int = 1) -> None:
-        with anyio.fail_after(10):
-            while waiting_inserts(self.db) < n:  # noqa: ASYNC110 - polls the server
-                await asyncio.sleep(0.01)
+        await until(lambda: waiting_inserts(self.db) >= n, what=f"{n} INSERTs to wait")
 
     async def __aexit__(self, *exc: object) -> None:
         await self.conn.execute("COMMIT")
@@ -58,7 +57,7 @@ async def test_a_natively_cancelled_defer_strands_no_other_caller(
         # These two gather behind it; the first of them leads their write.
         leader = asyncio.ensure_future(noop.defer(1))
         follower = asyncio.ensure_future(noop.defer(2))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # they gather at their first turn: no I/O before it
         leader.cancel()  # asyncio's own cancellation, as asyncio.wait_for or a server would
         await asyncio.sleep(0.05)
     with anyio.fail_after(10):

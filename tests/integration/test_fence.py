@@ -16,8 +16,21 @@ from asyncq.job import Job
 from asyncq.worker.completer import Completer
 from asyncq.worker.observer import Observer
 from asyncq.worker.outcomes import Kind, Outcome
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
+
+
+def waiting_for_a_lock(db: Any) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return bool(row[0])
+
+
+def status(db: Any, job_id: int) -> str:
+    return str(db.execute("SELECT status FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()[0])
 
 
 async def test_a_claim_that_waited_for_a_table_lock_gets_its_whole_lease(
@@ -37,7 +50,8 @@ async def test_a_claim_that_waited_for_a_table_lock_gets_its_whole_lease(
         await aconn.execute("BEGIN")
         await aconn.execute("LOCK TABLE asyncq_jobs IN SHARE MODE")
         tg.start_soon(lambda: app.run_worker(lease=4, poll_interval=0.2, handle_signals=False))
-        await anyio.sleep(3)
+        await until(lambda: waiting_for_a_lock(db), what="the claim to wait for the lock")
+        await anyio.sleep(3)  # the lock is held for most of a lease after the claim was sent
         await aconn.execute("COMMIT")
         released = await (await aconn.execute("SELECT clock_timestamp()")).fetchone()
         assert released is not None
@@ -47,7 +61,7 @@ async def test_a_claim_that_waited_for_a_table_lock_gets_its_whole_lease(
             "SELECT locked_at, expires_at FROM asyncq_jobs WHERE id = %s", (job_id,)
         ).fetchone()
         release.set()
-        await anyio.sleep(0.2)
+        await until(lambda: status(db, job_id) == "done", what="the job to be done")
         tg.cancel_scope.cancel()
     locked_at, expires_at = row
     assert locked_at >= released[0] - timedelta(seconds=0.5)

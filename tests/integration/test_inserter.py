@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -126,6 +127,11 @@ async def test_a_cancelled_defer_does_not_disturb_the_others_gathered_with_it(
     }
 
 
+def pool_idle(app: asyncq.App) -> bool:
+    stats = app.pool.get_stats()
+    return stats["pool_available"] == stats["pool_size"]
+
+
 def backends(db: Any, app_name: str) -> set[int]:
     rows = db.execute(
         "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app_name,)
@@ -135,6 +141,7 @@ def backends(db: Any, app_name: str) -> set[int]:
 
 async def test_lone_defers_reuse_one_connection_and_close_gives_it_back(dsn: str, db: Any) -> None:
     app = asyncq.App(dsn, application_name="kept-test")
+    name = f"kept-test:{os.getpid()}"
 
     @app.task(name="k")
     async def k(i: int) -> None:
@@ -149,10 +156,9 @@ async def test_lone_defers_reuse_one_connection_and_close_gives_it_back(dsn: str
         # One checkout for all twenty: the connection is kept between them...
         assert stats.get("requests_num", 0) <= 2, stats
         # ... and given back once it has been idle a moment, for others to use.
-        await anyio.sleep(0.5)
-        stats = app.pool.get_stats()
-        assert stats["pool_available"] == stats["pool_size"], stats
-    assert backends(db, f"kept-test:{os.getpid()}") == set()
+        await until(lambda: pool_idle(app), what="the kept connection back in the pool")
+    # Closed, the pool's connections end; their server processes go a moment later.
+    await until(lambda: not backends(db, name), what="the App's server processes to end")
 
 
 async def test_a_kept_connection_that_died_is_replaced_and_loses_no_later_defer(

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 import asyncq
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +60,10 @@ async def test_a_dead_idle_connection_of_the_apps_pool_is_replaced(dsn: str, db:
     async def mark() -> None:
         ran.set()
 
+    def pool_idle() -> bool:
+        stats = app.pool.get_stats()
+        return stats["pool_available"] == stats["pool_size"]
+
     def app_pool_backends() -> set[int]:
         rows = db.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
@@ -70,7 +75,7 @@ async def test_a_dead_idle_connection_of_the_apps_pool_is_replaced(dsn: str, db:
         await mark.defer()
         with anyio.fail_after(10):
             await ran.wait()  # the worker is up
-        await anyio.sleep(0.2)  # and the defer's connection back in the pool, idle
+        await until(pool_idle, what="the defer's connection back in the pool, idle")
         before = app_pool_backends()
         assert before
         for pid in before:

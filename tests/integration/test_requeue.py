@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -166,15 +167,15 @@ async def test_concurrent_requeues_of_one_job_requeue_it_once_and_it_runs_once(
 
 async def until_waiting(db: Any, count: int) -> None:
     """Wait until ``count`` sessions of this database are waiting for a lock."""
-    for _ in range(500):
+
+    def waiting() -> bool:
         found = db.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         ).fetchone()
-        if found[0] >= count:
-            return
-        await anyio.sleep(0.02)
-    raise AssertionError(f"{count} sessions never waited for the row locks")
+        return bool(found[0] >= count)
+
+    await until(waiting, what=f"{count} sessions to wait for the row locks")
 
 
 async def test_a_failed_job_whose_unique_key_is_held_by_a_live_job_is_refused(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,6 +16,7 @@ import pytest
 
 import asyncq
 from asyncq.job import Job
+from tests.harness.waiting import until
 from tests.integration.conftest import Drain
 
 pytestmark = pytest.mark.anyio
@@ -30,12 +31,6 @@ def stored(db: Any, job_id: int) -> tuple[Any, ...]:
     ).fetchone()
     assert row is not None
     return tuple(row)
-
-
-async def until(predicate: Callable[[], object], limit: float = 10) -> None:
-    with anyio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 - state of another task
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 import asyncq
+from tests.harness.waiting import until, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -76,18 +77,22 @@ async def test_the_threads_option_bounds_how_many_def_tasks_run_at_once(
     app: asyncq.App, drain: Any
 ) -> None:
     gauge = Gauge()
+    bound = 2
 
     @app.task(name="sync.busy")
     def busy(n: int) -> None:
         with gauge:
-            time.sleep(0.2)
+            # Each holds its thread until as many run at once as may (on a loaded machine
+            # the threads start late), and a moment more, for one too many to show.
+            wait_until(lambda: gauge.most >= bound, 20, f"{bound} calls at once")
+            time.sleep(0.05)
 
     await busy.defer_many([{"n": n} for n in range(8)])
     stats = await drain(concurrency=8, threads=2)
     assert stats.done == 8
     assert gauge.most == 2
 
-    gauge.most = 0
+    gauge.most, bound = 0, 3
     await busy.defer_many([{"n": n} for n in range(6)])
     stats = await drain(concurrency=3)  # default: as many threads as the concurrency
     assert stats.done == 6
@@ -125,7 +130,8 @@ async def test_a_timed_out_def_task_is_failed_at_once_and_its_thread_told_to_sto
     @app.task(name="sync.slow", timeout=0.3, max_attempts=1)
     def slow() -> str:
         job = asyncq.current_job()
-        for _ in range(200):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
             if job.stop_requested:
                 stopped.set()
                 break
@@ -139,9 +145,9 @@ async def test_a_timed_out_def_task_is_failed_at_once_and_its_thread_told_to_sto
     status, attempts, last_error, result = row(db, job_id)
     assert (status, attempts, result) == ("failed", 1, None)
     assert "timed out" in last_error
-    assert await anyio.to_thread.run_sync(stopped.wait, 5)
-    assert await anyio.to_thread.run_sync(returned.wait, 5)
-    await asyncio.sleep(0.1)
+    assert await anyio.to_thread.run_sync(stopped.wait, 20)
+    assert await anyio.to_thread.run_sync(returned.wait, 20)
+    await asyncio.sleep(0.1)  # a window for a late write to show: there is none
     assert row(db, job_id)[0] == "failed"  # what the thread returned late is dropped
 
 
@@ -192,14 +198,14 @@ async def test_an_attempt_stopped_before_a_thread_took_it_never_runs(
 
     async def release_later() -> None:
         # The second job waits for the only thread, and times out waiting.
-        await anyio.to_thread.run_sync(lambda: time.sleep(0.6))
+        await until(lambda: row(db, second_id)[0] == "failed", what="the second job to time out")
         release.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(release_later)
         await drain(concurrency=2, threads=1)
     assert row(db, second_id)[0] == "failed"
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a window for the thread to run it after all: it does not
     assert ran == []
 
 

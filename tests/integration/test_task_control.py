@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import asyncq
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.anyio
 
@@ -114,7 +115,8 @@ async def test_a_timeout_cancels_only_that_attempt_and_says_it_timed_out(
 
     @app.task(name="control.neighbour")
     async def neighbour() -> None:
-        await asyncio.sleep(0.4)  # runs beside the one that times out, untouched
+        # Runs beside the one that times out, untouched, until that one has ended.
+        await until(lambda: "attempt 1 ended" in finished, what="the slow attempt to time out")
         finished.append("neighbour")
 
     slow = await sometimes_slow.defer()

@@ -18,6 +18,7 @@ import uvloop
 import asyncq
 from asyncq.worker.slots import Slots
 from asyncq.worker.tick import AFTER, MILLISECOND, PERIOD, SHORT, Tick
+from tests.harness.waiting import until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd: Linux")
 
@@ -88,14 +89,6 @@ def run_on_each_loop(main: Callable[[], Any]) -> None:
     uvloop.run(main())
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    for _ in range(5000):  # five seconds at most
-        if predicate():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("not within five seconds")
-
-
 def test_the_tick_rests_once_no_attempt_runs_and_is_not_armed_for_long_attempts() -> None:
     async def main() -> None:
         before = timerfds()  # other tests' dispatchers, started and never stopped
@@ -112,7 +105,7 @@ def test_the_tick_rests_once_no_attempt_runs_and_is_not_armed_for_long_attempts(
         assert not tick.resting  # it ticked on: an attempt runs
 
         slots.give_back(to_write=True)  # none runs: the next tick rests
-        await until(lambda: tick.resting)
+        await until(lambda: tick.resting, what="the tick to rest")
         assert interval_ns(fd) == 0
 
         slots.ran(SHORT * 2)  # long attempts: not armed

@@ -1,8 +1,9 @@
 """Fixtures of the PgBouncer tests: a real pgbouncer in transaction pooling mode with two
 server connections per database (`tests.harness.pgbouncer`), and Apps that go through it.
 
-The tests skip, and say why, when pgbouncer is not installed (Debian: ``apt-get install
-pgbouncer``) or cannot reach the test server.
+The tests that need one skip, and say why, when pgbouncer is not installed (Debian:
+``apt-get install pgbouncer``: one line in the summary for all of them) or cannot reach
+the test server.
 """
 
 from __future__ import annotations
@@ -19,16 +20,24 @@ import asyncq
 from tests.harness import pgbouncer
 from tests.harness.pgbouncer import PgBouncer
 
+INSTALLED = pgbouncer.binary()
 
-@pytest.fixture(scope="session")
-def pgbouncer_binary() -> str:
-    found = pgbouncer.binary()
-    if found is None:
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Raised here rather than by a mark or a fixture, the skip of every test has this
+    # line for its place, and the summary folds them into one.
+    if INSTALLED is None and "pgbouncer_binary" in getattr(item, "fixturenames", ()):
         pytest.skip(
             "pgbouncer is not installed (Debian: apt-get install pgbouncer):"
             " the PgBouncer tests run a real one"
         )
-    return found
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_binary() -> str:
+    assert INSTALLED is not None  # the tests that ask for it are skipped without it
+    return INSTALLED
 
 
 def start(binary: str, server_dsn: str, **options: Any) -> PgBouncer:

@@ -18,7 +18,8 @@ from tests.harness.app import APP, FAIL, SLEEP, WORK
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
 from tests.harness.pgbouncer import PgBouncer
-from tests.harness.processes import Workers, wait_until
+from tests.harness.processes import Workers
+from tests.harness.waiting import wait_until
 
 
 @pytest.fixture
@@ -61,8 +62,9 @@ def test_migrate_an_empty_database(
 
 
 def test_a_worker_and_the_admin_commands(db: Any, workers: Workers, ledger: Ledger) -> None:
-    worker = workers.start("--concurrency", "4", "--poll-interval", "30", lease=30)
-    # Polling every 30 s: each job below starts by its notification.
+    worker = workers.start("--concurrency", "4", "--poll-interval", "30", lease=300)
+    # Polling every 30 s: each job below starts by its notification, and the cancel
+    # reaches its job by one (the heartbeat, every quarter of the lease, comes much later).
     done = insert_jobs(db, WORK, [{"tag": n} for n in range(5)])
     [failed] = insert_jobs(db, FAIL, [{"tag": 1}], queue="risky")
     wait_until(lambda: set(statuses(db, [*done, failed])) == {"done", "failed"}, 15, "the jobs")
@@ -86,7 +88,7 @@ def test_a_worker_and_the_admin_commands(db: Any, workers: Workers, ledger: Ledg
     wait_until(lambda: ledger.events("start", running), 10, "the long job to start")
     asked = json.loads(ok(workers.cli("cancel", APP, str(running), "--json")))
     assert asked == {str(running): "aborting"}
-    wait_until(lambda: statuses(db, [running]) == ["cancelled"], 5, "the abort")
+    wait_until(lambda: statuses(db, [running]) == ["cancelled"], what="the abort")
 
     assert ok(workers.cli("pause", APP, "mail")).strip() == "queue mail paused"
     held = insert_jobs(db, WORK, [{"tag": n} for n in range(3)], queue="mail")

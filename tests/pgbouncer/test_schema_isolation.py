@@ -17,7 +17,9 @@ from psycopg import sql
 
 import asyncq
 from asyncq.migrate import migrations
+from tests.harness.listening import Listening
 from tests.harness.pgbouncer import PgBouncer
+from tests.harness.waiting import until
 from tests.pgbouncer.conftest import bounced_app
 
 pytestmark = pytest.mark.anyio
@@ -115,18 +117,17 @@ async def test_a_waiting_worker_is_woken_by_its_own_apps_jobs(
     tenants: dict[str, Tenant], tdb: Any
 ) -> None:
     a, b = tenants["tenant_a"], tenants["tenant_b"]
+    listening = Listening(a.app)
     async with anyio.create_task_group() as tg:
         # Polls once a minute: only a notification, on its LISTEN straight to the
         # server, makes it claim.
         tg.start_soon(partial(a.app.run_worker, poll_interval=60, handle_signals=False))
-        await anyio.sleep(1.0)
+        await listening.until_listening()
         await b.work.defer(20)
-        await anyio.sleep(0.5)
+        await anyio.sleep(0.5)  # a window for a wrong wake-up to show: none may
         assert a.ran == []
         await a.work.defer(1)
-        with anyio.fail_after(5):
-            while a.ran != [1]:  # noqa: ASYNC110 - the worker appends
-                await anyio.sleep(0.02)
+        await until(lambda: a.ran == [1], what="A's job to run, well before the next poll")
         tg.cancel_scope.cancel()
     assert b.ran == []
     assert [r[2] for r in rows(tdb, "tenant_b")] == ["queued"]
@@ -152,6 +153,7 @@ async def test_a_current_schema_chosen_by_the_databases_search_path(
         await refused.open()
 
     app = bounced_app(bouncer, throwaway_dsn)
+    listening = Listening(app)
     ran: list[int] = []
 
     @app.task(name=NAME)
@@ -161,12 +163,10 @@ async def test_a_current_schema_chosen_by_the_databases_search_path(
     async with app, anyio.create_task_group() as tg:
         assert await app.migrate() == ALL_VERSIONS
         tg.start_soon(partial(app.run_worker, poll_interval=60, handle_signals=False))
-        await anyio.sleep(1.0)  # the worker listens, on the channel of jobs_here
+        await listening.until_listening()  # on the channel of jobs_here
         await work.defer(1)
         await work.defer_many([{"n": 2}, {"n": 3}])
-        with anyio.fail_after(10):
-            while sorted(ran) != [1, 2, 3]:  # noqa: ASYNC110 - the worker appends
-                await anyio.sleep(0.02)
+        await until(lambda: sorted(ran) == [1, 2, 3], what="the jobs to run")
         tg.cancel_scope.cancel()
     assert rows(tdb, "jobs_here") == [(1, 1, "done"), (2, 2, "done"), (3, 3, "done")]
     tables = tdb.execute(

@@ -5,8 +5,6 @@ job; a concurrency limit across two workers."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,20 +14,12 @@ import pytest
 
 import asyncq
 from tests.harness.pgbouncer import PgBouncer
+from tests.harness.waiting import until
 from tests.pgbouncer.conftest import bounced_app
 
 pytestmark = pytest.mark.anyio
 
 AT_ONCE = asyncq.Backoff(base=0, cap=0, jitter=0)
-
-
-async def until(predicate: Callable[[], object], seconds: float, what: str) -> None:
-    try:
-        with anyio.fail_after(seconds):
-            while not predicate():  # noqa: ASYNC110 - the state is another task's or the server's
-                await anyio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"waited {seconds:g}s for {what}") from None
 
 
 def listening(db: psycopg.Connection[Any], role: str) -> int:
@@ -67,11 +57,12 @@ async def test_a_worker_listening_straight_to_the_server_is_woken_by_notificatio
     async with anyio.create_task_group() as tg:
         # It polls once a minute: within this test, only a notification makes it claim.
         tg.start_soon(partial(app.run_worker, poll_interval=60, handle_signals=False))
-        await until(lambda: listening(db, "listener") == 1, 10, "the worker to listen")
+        await until(lambda: listening(db, "listener") == 1, what="the worker to listen")
         await record.defer(1)
-        await until(lambda: ran == [1], 5, "the job to run, woken by its notification")
+        # Well before the poll, a minute away.
+        await until(lambda: ran == [1], what="the job to run, woken by its notification")
         await record.defer_many([{"n": n} for n in range(2, 12)])
-        await until(lambda: sorted(ran) == list(range(1, 12)), 5, "the jobs to run")
+        await until(lambda: sorted(ran) == list(range(1, 12)), what="the jobs to run")
         assert bounced_clients(bouncer, "listener") == []  # the LISTEN went straight there
         assert listening(db, "listener") == 1
         tg.cancel_scope.cancel()
@@ -87,11 +78,11 @@ async def test_without_listen_a_worker_polls(bouncer: PgBouncer, dsn: str, db: A
 
     async with app, anyio.create_task_group() as tg:
         tg.start_soon(partial(app.run_worker, poll_interval=0.2, handle_signals=False))
-        await anyio.sleep(0.5)
+        await anyio.sleep(0.5)  # most likely past its first claim: the jobs come in by polls
         await record.defer(1)
         await record.options(delay=0.5).defer(2)
         await record.defer_many([{"n": n} for n in range(3, 10)])
-        await until(lambda: sorted(ran) == list(range(1, 10)), 10, "the jobs to run")
+        await until(lambda: sorted(ran) == list(range(1, 10)), what="the jobs to run")
         assert listening(db, "listener") == 0
         tg.cancel_scope.cancel()
 
@@ -174,9 +165,9 @@ async def test_app_result(bouncer: PgBouncer, dsn: str, db: Any, listen: bool) -
             results.append(await app.result(job_id, timeout=10))
 
         tg.start_soon(wait)
-        await until(lambda: app.results.waiting and app.results.settled, 10, "the waiter")
+        await until(lambda: app.results.waiting and app.results.settled, what="the waiter")
         gate.set()
-        await until(lambda: results == [42], 10, "the result")
+        await until(lambda: results == [42], what="the result")
         assert app.results.answered == {"notified" if listen else "poll": 1}
         assert listening(db, "results") == (1 if listen else 0)
         assert bounced_clients(bouncer, "results") == []
@@ -184,11 +175,11 @@ async def test_app_result(bouncer: PgBouncer, dsn: str, db: Any, listen: bool) -
 
 
 @pytest.mark.parametrize("listen", [True, False], ids=["listen_dsn", "no-listen"])
-async def test_cancel_stops_a_running_job_within_a_second(
+async def test_cancel_stops_a_running_job_before_its_heartbeat_would(
     bouncer: PgBouncer, dsn: str, db: Any, listen: bool
 ) -> None:
     """Told on the LISTEN connection, or found by the worker's look for cancels every
-    poll interval; not left to the heartbeat (every quarter of the 30 s lease)."""
+    poll interval; not left to the heartbeat (every quarter of the 5 min lease)."""
     app = bounced_app(bouncer, dsn, listen=listen)
     started = anyio.Event()
     stopped: list[str] = []
@@ -202,14 +193,12 @@ async def test_cancel_stops_a_running_job_within_a_second(
             stopped.append("finally")
 
     async with app, anyio.create_task_group() as tg:
-        tg.start_soon(partial(app.run_worker, poll_interval=0.2, lease=30, handle_signals=False))
+        tg.start_soon(partial(app.run_worker, poll_interval=0.2, lease=300, handle_signals=False))
         job_id = await long.defer()
         with anyio.fail_after(10):
             await started.wait()
-        asked = time.monotonic()
         assert await app.cancel(job_id) == {job_id: "aborting"}
-        await until(lambda: statuses(db, [job_id]) == ["cancelled"], 5, "the job to be cancelled")
-        assert time.monotonic() - asked < 1.5
+        await until(lambda: statuses(db, [job_id]) == ["cancelled"], what="the job to be cancelled")
         assert stopped == ["finally"]
         tg.cancel_scope.cancel()
 
@@ -241,7 +230,7 @@ async def test_a_concurrency_limit_holds_across_two_workers(
             tg.start_soon(
                 partial(app.run_worker, concurrency=6, poll_interval=0.1, handle_signals=False)
             )
-        await until(lambda: len(ran) == 16, 30, "the limited jobs to run")
+        await until(lambda: len(ran) == 16, what="the limited jobs to run")
         tg.cancel_scope.cancel()
     assert sorted(ran) == list(range(16))
     assert most[0] == 2

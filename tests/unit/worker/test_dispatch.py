@@ -19,8 +19,10 @@ from asyncq.worker.dispatch import Dispatcher
 from asyncq.worker.executor import Executor
 from asyncq.worker.observer import AttemptEnded, Observer
 from asyncq.worker.outcomes import Kind, Outcome, Stop, decide
+from asyncq.worker.settings import FENCE_AFTER
 from asyncq.worker.slots import Slots
 from asyncq.worker.threads import Threads
+from tests.harness.waiting import until
 
 
 class FakeTask:
@@ -81,7 +83,7 @@ class Harness:
         return self.next_id
 
     async def until(self, predicate: Callable[[], bool]) -> None:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             while not predicate():
                 self.ended.clear()
                 await self.ended.wait()
@@ -217,28 +219,32 @@ def test_shutdown_hands_back_what_outlives_the_grace_and_leaves_the_stubborn(
     monkeypatch.setattr(dispatch, "STOP_DEADLINE", 0.2)
 
     async def main() -> None:
+        finish = asyncio.Event()
+        ended: list[str] = []
+
         async def sleeps() -> None:
             await asyncio.sleep(10)
 
         async def stubborn() -> None:
-            loop = asyncio.get_running_loop()
-            end = loop.time() + 1.0
-            while loop.time() < end:
+            while not finish.is_set():  # deaf to every stop, until the test lets it end
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.sleep(0.01)
+                    await finish.wait()
+            ended.append("stubborn")
 
         h = Harness(3, FakeTask("sleeps", sleeps), FakeTask("stubborn", stubborn))
         h.dispatcher.start()
         sleeping = h.hold("sleeps")
         stubborn_id = h.hold("stubborn")
-        await asyncio.sleep(0.02)
-        started = asyncio.get_running_loop().time()
-        left = await h.dispatcher.stop(grace=0.05)
-        assert asyncio.get_running_loop().time() - started < 0.9  # not the stubborn second
+        await asyncio.sleep(0.02)  # both run: a few turns of the loop
+        async with asyncio.timeout(30):  # the stubborn one never ends by itself
+            left = await h.dispatcher.stop(grace=0.05)
+        assert ended == []
         assert [j.id for j in left] == [stubborn_id] and h.observer.left == [stubborn_id]
         assert h.outcomes[sleeping].kind is Kind.RELEASE
         assert stubborn_id not in h.outcomes and stubborn_id not in h.dispatcher.held
-        await asyncio.sleep(1.0)  # it ends on its own later: nothing is written for it
+        finish.set()  # it ends on its own later: nothing is written for it
+        await until(lambda: ended, what="the stubborn attempt to end")
+        await asyncio.sleep(0.05)  # the turns in which its outcome would be handed in
         assert stubborn_id not in h.outcomes
 
     run(main)
@@ -344,9 +350,14 @@ def test_an_observer_watches_attempts_only_when_it_defines_the_hook() -> None:
 # -- the self-fence ------------------------------------------------------------------------
 
 
+# The lease of the self-fence's tests: its fence is 0.8 s after the claim or renewal.
+LEASE = 1.0
+FENCE = LEASE * FENCE_AFTER
+
+
 def test_an_attempt_whose_lease_is_not_renewed_is_stopped_before_the_lease_ends() -> None:
-    # Lease 0.5 s: unrenewed, the attempt is stopped 0.4 s after its claim was sent, and
-    # nothing is written for it; the runner goes on with the next job.
+    # Unrenewed, the attempt is stopped at the fence after its claim was sent, before the
+    # lease ends, and nothing is written for it; the runner goes on with the next job.
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stopped: list[float] = []
@@ -363,18 +374,18 @@ def test_an_attempt_whose_lease_is_not_renewed_is_stopped_before_the_lease_ends(
         async def quick() -> None:
             pass
 
-        h = Harness(1, FakeTask("long", long), FakeTask("quick", quick), lease=0.5)
+        h = Harness(1, FakeTask("long", long), FakeTask("quick", quick), lease=LEASE)
         h.dispatcher.start()
         sent = loop.time()
         long_id = h.hold("long", sent)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             await stop_seen.wait()
         quick_id = h.hold("quick")
         await h.until(lambda: quick_id in h.outcomes)
         assert long_id not in h.outcomes and long_id not in h.dispatcher.held
-        assert 0.4 <= stopped[0] - sent < 0.45, stopped[0] - sent
+        assert FENCE <= stopped[0] - sent < LEASE, stopped[0] - sent
         assert list(h.observer.fenced_after) == [long_id]
-        assert 0.4 <= h.observer.fenced_after[long_id] < 0.45
+        assert FENCE <= h.observer.fenced_after[long_id] < LEASE
         assert h.observer.lost == []  # given up by the fence, not found lost by the heartbeat
         assert h.outcomes[quick_id].kind is Kind.DONE
 
@@ -387,16 +398,16 @@ def test_each_renewal_moves_the_fence_and_a_claim_sent_long_ago_never_starts() -
         ran: list[str] = []
 
         async def renewed() -> str:
-            await asyncio.sleep(0.8)  # twice the fence: renewed every 0.1 s, it ends
+            await asyncio.sleep(2 * FENCE)  # renewed every 0.1 s, it ends
             return "renewed"
 
         async def late() -> None:
             ran.append("late")
 
-        h = Harness(2, FakeTask("renewed", renewed), FakeTask("late", late), lease=0.5)
+        h = Harness(2, FakeTask("renewed", renewed), FakeTask("late", late), lease=LEASE)
         h.dispatcher.start()
         kept = h.hold("renewed")
-        stale = h.hold("late", loop.time() - 0.45)  # its claim was sent 0.45 s ago
+        stale = h.hold("late", loop.time() - (FENCE + LEASE) / 2)  # sent past its fence
         attempt = h.dispatcher.held[kept]
         while kept not in h.outcomes:
             h.dispatcher.renewed(attempt, loop.time())
@@ -413,11 +424,11 @@ def test_an_ended_attempt_waiting_for_its_write_is_left_to_the_fence_on_the_writ
         async def quick() -> int:
             return 1
 
-        h = Harness(1, FakeTask("quick", quick), lease=0.5)
+        h = Harness(1, FakeTask("quick", quick), lease=LEASE)
         h.dispatcher.start()
         done = h.hold("quick")
         await h.until(lambda: done in h.outcomes)
-        await asyncio.sleep(0.5)  # past the fence: its outcome is not written yet
+        await asyncio.sleep(LEASE)  # past the fence: its outcome is not written yet
         assert done in h.dispatcher.held and not h.observer.fenced_after
 
     run(main)

@@ -34,7 +34,7 @@ def test_a_runner_woken_and_cancelled_before_it_took_an_item_wakes_the_next() ->
         cancelled.cancel()  # ...cancelled before it ran again
         await asyncio.gather(cancelled, return_exceptions=True)
         assert cancelled.cancelled()
-        assert await asyncio.wait_for(waiting, 1) == "attempt"
+        assert await asyncio.wait_for(waiting, 10) == "attempt"
 
     asyncio.run(main())
 
@@ -62,7 +62,7 @@ def test_a_put_wakes_one_runner_and_each_runner_that_takes_with_more_left_wakes_
             handoff.put(item)
         waiting = handoff._waiting
         assert sum(not w.done() for w in waiting) == 2  # one woken, not one per item
-        assert await asyncio.wait_for(asyncio.gather(*runners), 1) == [0, 1, 2]
+        assert await asyncio.wait_for(asyncio.gather(*runners), 10) == [0, 1, 2]
 
     asyncio.run(main())
 
@@ -79,7 +79,7 @@ def test_a_runner_that_takes_every_item_itself_leaves_the_others_waiting() -> No
         await asyncio.sleep(0)
         assert not any(task.done() for task in idle)  # the one woken found nothing, waits again
         handoff.put(9)
-        done, _ = await asyncio.wait(idle, timeout=1, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(idle, timeout=10, return_when=asyncio.FIRST_COMPLETED)
         assert [task.result() for task in done] == [9]
         for task in idle:
             task.cancel()
