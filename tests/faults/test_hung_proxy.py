@@ -53,7 +53,7 @@ from tests.faults.support import (
 )
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
-from tests.harness.processes import wait_until
+from tests.harness.waiting import wait_until
 from tests.harness.proxy import Proxy
 
 LEASE = 30.0  # the default
