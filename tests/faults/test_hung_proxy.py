@@ -53,8 +53,8 @@ from tests.faults.support import (
 )
 from tests.harness.app import WORK
 from tests.harness.jobs import insert_jobs
-from tests.harness.waiting import wait_until
 from tests.harness.proxy import Proxy
+from tests.harness.waiting import wait_until
 
 LEASE = 30.0  # the default
 RECOVER_WITHIN = 10.0
