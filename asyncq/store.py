@@ -968,14 +968,17 @@ class Store:
     # -- asyncq.testing ----------------------------------------------------------------
 
     async def testing_advance(
-        self, conn: Conn, *, scheduled: bool, queues: Sequence[str] | None
+        self, conn: Conn, *, scheduled: bool, timeouts: bool, queues: Sequence[str] | None
     ) -> list[int]:
         """Make the jobs waiting for a retry or a snooze (with ``scheduled``, every queued
-        job) due now; returns their ids."""
-        cur = await conn.execute(
-            self.q["testing_advance"],
-            {"scheduled": scheduled, "queues": None if queues is None else list(queues)},
-        )
+        job) due now, and end the sleeps (with ``timeouts``, the waits for events that
+        have a timeout) of the waiting jobs; returns their ids."""
+        params = {
+            "scheduled": scheduled,
+            "timeouts": timeouts,
+            "queues": None if queues is None else list(queues),
+        }
+        cur = await conn.execute(self.q["testing_advance"], params)
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def testing_left_ready(
@@ -986,6 +989,18 @@ class Store:
             self.q["testing_left_ready"], {"queues": None if queues is None else list(queues)}
         )
         return [(int(row[0]), str(row[1]), bool(row[2])) for row in await cur.fetchall()]
+
+    async def testing_waiting(
+        self, conn: Conn, *, queues: Sequence[str] | None
+    ) -> list[tuple[int, str, str, datetime | None, list[int]]]:
+        """The waiting jobs: (id, task name, what for, due at, the jobs it waits for)."""
+        cur = await conn.execute(
+            self.q["testing_waiting"], {"queues": None if queues is None else list(queues)}
+        )
+        return [
+            (int(row[0]), str(row[1]), str(row[2]), row[3], [int(i) for i in row[4]])
+            for row in await cur.fetchall()
+        ]
 
     async def testing_jobs_of_task(self, conn: Conn, *, task: str) -> list[tuple[Any, ...]]:
         cur = await conn.execute(self.q["testing_jobs_of_task"], {"task": task})

@@ -655,13 +655,43 @@ ON CONFLICT (listener) DO UPDATE SET seen_at = now()
 DELETE FROM asyncq_result_listeners WHERE listener = %(listener)s
 
 -- name: testing_advance
--- asyncq.testing's drain moves time forward: jobs waiting for a retry or a snooze (queued
--- and claimed before) become due now; with %(scheduled)s, every queued job due later too.
-UPDATE asyncq_jobs
-   SET run_at = now()
- WHERE status = 'queued' AND run_at > now() AND (claims > 0 OR %(scheduled)s)
-   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-RETURNING id
+-- asyncq.testing's drain moves time forward; returns the jobs it made due. Jobs waiting for
+-- a retry or a snooze (queued and claimed before) become due now; with %(scheduled)s, every
+-- queued job due later too. Sleeping jobs are queued, the end their sleep recorded moved to
+-- now, so that their next run finds it over (asyncq_suspend: 'due'); with %(timeouts)s, so
+-- are jobs waiting for an event with a timeout (their next run times the wait out).
+-- Waiting jobs already due (a wait's timeout come) are queued, as the waker would.
+WITH moved AS MATERIALIZED (
+    SELECT j.id, j.waiting_for
+      FROM asyncq_jobs j
+     WHERE j.status = 'waiting'
+       AND (j.waiting_for = 'sleep' OR j.run_at <= now()
+            OR (%(timeouts)s AND starts_with(j.waiting_for, 'event:')
+                AND j.run_at < 'infinity'))
+       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+       FOR NO KEY UPDATE
+), ended AS (
+    UPDATE asyncq_steps s
+       SET result = jsonb_build_object('until', now())
+      FROM moved m
+     WHERE s.job_id = m.id
+       AND CASE WHEN m.waiting_for = 'sleep' THEN s.name = 'asyncq.sleep'
+                ELSE s.name = 'asyncq.wait:' || substr(m.waiting_for, length('event:') + 1) END
+       AND (s.result ->> 'until')::timestamptz > now()
+), woken AS (
+    UPDATE asyncq_jobs j
+       SET status = 'queued', run_at = now(), waiting_for = NULL
+      FROM moved m
+     WHERE j.id = m.id
+    RETURNING j.id
+), due AS (
+    UPDATE asyncq_jobs
+       SET run_at = now()
+     WHERE status = 'queued' AND run_at > now() AND (claims > 0 OR %(scheduled)s)
+       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    RETURNING id
+)
+SELECT id FROM woken UNION ALL SELECT id FROM due
 
 -- name: testing_left_ready
 -- asyncq.testing's drain, after a pass: the jobs ready now that it left queued, each with
@@ -670,6 +700,16 @@ SELECT j.id, j.queue, q.paused_at IS NOT NULL
   FROM asyncq_jobs j
   LEFT JOIN asyncq_queues q ON q.name = j.queue
  WHERE j.status = 'queued' AND j.run_at <= now()
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+ ORDER BY j.id
+
+-- name: testing_waiting
+-- asyncq.testing's drain, at its end: the jobs left waiting (for an event, for other jobs),
+-- each with the jobs it waits for and when it comes due anyway (NULL: never).
+SELECT j.id, j.task_name, j.waiting_for, nullif(j.run_at, 'infinity'),
+       ARRAY(SELECT w.on_id FROM asyncq_waits w WHERE w.job_id = j.id ORDER BY w.on_id)
+  FROM asyncq_jobs j
+ WHERE j.status = 'waiting'
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
  ORDER BY j.id
 
