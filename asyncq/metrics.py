@@ -33,6 +33,7 @@ _OUTCOMES = {
     Kind.RELEASE: "handed_back",
     Kind.CANCEL: "cancelled",
     Kind.SUSPEND: "suspended",
+    Kind.GIVE_BACK: "given_back",
 }
 
 

@@ -325,9 +325,22 @@ class Store:
         return [int(row[0]) for row in await cur.fetchall()]
 
     async def claim(
-        self, conn: Conn, *, worker: str, limit: int, queues: Sequence[str] | None, lease: timedelta
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        skip: Sequence[str] | None = None,
     ) -> list[Job]:
-        params: dict[str, Any] = {"worker": worker, "limit": limit, "lease": lease}
+        """Claim ready jobs (in ``queues``: None, any), none of the tasks in ``skip``."""
+        params: dict[str, Any] = {
+            "worker": worker,
+            "limit": limit,
+            "lease": lease,
+            "skip": list(skip) if skip else None,
+        }
         if queues:
             params["queues"] = list(queues)
             query = self.q["claim_queues"]
@@ -345,12 +358,18 @@ class Store:
         queues: Sequence[str] | None,
         lease: timedelta,
         done: Sequence[Job],
+        skip: Sequence[str] | None = None,
     ) -> tuple[list[Job], int]:
         """`claim`, in the statement that first writes ``done`` done as `mark_done` does
         (with no result to store): the jobs claimed, and how many of ``done`` this worker
         still owned, written done."""
         params = _fence(worker, done)
-        params.update(limit=limit, lease=lease, queues=list(queues) if queues else None)
+        params.update(
+            limit=limit,
+            lease=lease,
+            queues=list(queues) if queues else None,
+            skip=list(skip) if skip else None,
+        )
         cur = await conn.execute(self.q["claim_writing_done"], params, binary=True)
         rows = await cur.fetchall()
         written = int(rows[0][0])
@@ -434,6 +453,19 @@ class Store:
         params = _fence(worker, jobs, retry_in=retry_in, errors=errors, give_up=give_up)
         cur = await conn.execute(self.q["mark_failed"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def give_back(
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job], errors: Sequence[str], delay: float
+    ) -> dict[int, str]:
+        """Give back jobs whose task this worker does not know, the attempt not counted."""
+        params = _fence(worker, jobs, errors=errors)
+        params["delay"] = delay
+        cur = await conn.execute(self.q["give_back"], params)
+        return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+    async def fail_unknown(self, conn: Conn, *, grace: timedelta, limit: int) -> list[int]:
+        cur = await conn.execute(self.q["fail_unknown"], {"grace": grace, "limit": limit})
+        return [int(r[0]) for r in await cur.fetchall()]
 
     async def mark_snoozed(
         self, conn: Conn, *, worker: str, jobs: Sequence[Job], after: Sequence[float]

@@ -111,13 +111,15 @@ RETURNING id
 -- name: claim_any
 -- The plain claim of a worker, in any queue: migration 0009 holds it (a function, so
 -- that it runs on a generic plan), and says how it works; migration 0013 pins its plans
--- to the ready indexes, and claims some queues queue by queue.
-SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval, NULL)
+-- to the ready indexes, and claims some queues queue by queue; migration 0017 skips the
+-- tasks in %(skip)s (NULL: none), those this worker has found it does not know.
+SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval, NULL,
+                           %(skip)s::text[])
 
 -- name: claim_queues
 -- The plain claim in the worker's queues (see claim_any).
 SELECT * FROM asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
-                           %(queues)s::text[])
+                           %(queues)s::text[], %(skip)s::text[])
 
 -- name: claim_writing_done
 -- A plain claim (any queue with queues NULL) that first writes done the jobs of this
@@ -135,7 +137,7 @@ WITH written AS (
 SELECT w.written, c.*
   FROM written w
   LEFT JOIN asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
-                         %(queues)s::text[]) AS c ON true
+                         %(queues)s::text[], %(skip)s::text[]) AS c ON true
 
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
@@ -191,6 +193,16 @@ SELECT * FROM asyncq_mark_done_results(%(worker)s::text, %(ids)s::bigint[],
 SELECT * FROM asyncq_written_by_claims(%(worker)s::text, %(ids)s::bigint[],
                                        %(claims)s::bigint[], %(kinds)s::text[],
                                        %(errors)s::text[], %(attempts)s::int[])
+
+-- name: give_back
+-- Jobs of tasks this worker does not know: queued again after %(delay)s seconds, the
+-- attempt not counted, `unknown_since` set by the first give-back (migration 0017).
+SELECT * FROM asyncq_give_back(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                               %(errors)s::text[], %(delay)s::float8)
+
+-- name: fail_unknown
+-- Jobs that workers gave back longer ago than the grace, not run by any worker since.
+SELECT * FROM asyncq_fail_unknown(%(grace)s::interval, %(limit)s::int)
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up

@@ -45,6 +45,7 @@ _WRITTEN_MARKS = {
     Kind.SNOOZE: "snoozed",
     Kind.CANCEL: "cancelled",
     Kind.RELEASE: "released",
+    Kind.GIVE_BACK: "snoozed",  # queued again, the attempt not counted, as a snooze
 }
 
 
@@ -218,6 +219,14 @@ class Completer:
             return await store.mark_snoozed(conn, worker=worker, jobs=jobs, after=after)
         if kind is Kind.CANCEL:
             return await store.mark_cancelled(conn, worker=worker, jobs=jobs)
+        if kind is Kind.GIVE_BACK:
+            return await store.give_back(
+                conn,
+                worker=worker,
+                jobs=jobs,
+                errors=[self.storable(o.error or "") for o in outcomes],
+                delay=outcomes[0].delay,
+            )
         if kind is Kind.RELEASE:
             return await store.release(
                 conn, worker=worker, jobs=jobs, free_handbacks=FREE_HANDBACKS

@@ -86,8 +86,10 @@ class Dispatcher:
         submit: Callable[[Outcome], None],
         observer: Observer,
         lease: float,
+        unknown: Callable[[str], None] = lambda task_name: None,
     ) -> None:
         self.concurrency = concurrency
+        self.unknown = unknown  # told the name of a task this worker does not know
         self.tasks = tasks
         self.executor = executor
         self.slots = slots
@@ -282,6 +284,8 @@ class Dispatcher:
                 return
             job = attempt.job
             task = tasks.get(job.task_name)
+            if task is None:
+                self.unknown(job.task_name)  # its attempt gives it back
             ended = observer.running(job) if self._watched else None
             stop = attempt.stop
             if stop is not None:  # stopped before it started

@@ -39,6 +39,7 @@ class WorkerStats:
     snoozed: int = 0
     cancelled: int = 0
     suspended: int = 0  # attempts that suspended their job (a sleep, a wait)
+    given_back: int = 0  # jobs of tasks this worker does not know, given back
     lost: int = 0  # attempts whose lease was lost, the self-fenced included
     left_running: int = 0
     fenced: int = 0  # attempts stopped because their lease could not be renewed in time
@@ -269,6 +270,7 @@ class Counts(Observer):
             snoozed=kinds[Kind.SNOOZE],
             cancelled=kinds[Kind.CANCEL],
             suspended=kinds[Kind.SUSPEND],
+            given_back=kinds[Kind.GIVE_BACK],
             lost=self.lost,
             left_running=left_running,
             fenced=self.fenced_attempts,
@@ -366,6 +368,14 @@ class LogObserver(Observer):
                 job.task_name,
                 outcome.delay,
                 extra={"action": "job_snoozed", **extra},
+            )
+        elif kind is Kind.GIVE_BACK:
+            logger.warning(
+                "job %d: task %s is unknown to this worker: given back (the attempt does not"
+                " count), and this worker claims no more of its jobs",
+                job.id,
+                job.task_name,
+                extra={"action": "job_given_back", **extra},
             )
         elif kind is Kind.SUSPEND:
             logger.debug(

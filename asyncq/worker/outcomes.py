@@ -16,12 +16,16 @@ from typing import Any, NamedTuple, Protocol
 
 from asyncq.codec import encode_result
 from asyncq.control import Discard, Retry, Snooze
-from asyncq.errors import ArgumentsError, UndecodableArguments
+from asyncq.errors import ArgumentsError, TaskNotFound, UndecodableArguments
 from asyncq.job import Job
 from asyncq.retry import Backoff
 from asyncq.workflow import LeaseLost, Suspended
 
 MAX_ERROR_CHARS = 8000
+# How long a job whose task this worker does not know waits before a worker claims it
+# again (this one claims no more of that task's jobs): long enough that workers that do
+# not know it either do not pass it round and round.
+UNKNOWN_TASK_DELAY = 1.0
 MAX_TRACEBACK_FRAMES = 12
 DEFAULT_BACKOFF = Backoff()
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +39,7 @@ class Kind(enum.Enum):
     RELEASE = "release"  # handed back at shutdown
     CANCEL = "cancel"  # stopped by a cancel: the row is cancelled, never retried
     SUSPEND = "suspend"  # the task suspended its job (a sleep, a wait): written already
+    GIVE_BACK = "give back"  # a task this worker does not know: queued again, not counted
 
     # Members are singletons compared by identity: hashed by it too, in C (Enum's own
     # __hash__ is Python code, and every outcome is counted and grouped by its kind).
@@ -108,6 +113,10 @@ def decide(
         return Outcome(job, Kind.DONE, result=stored, duration=duration)
     if isinstance(error, Suspended) and stop is None:
         return Outcome(job, Kind.SUSPEND, duration=duration)
+    if isinstance(error, TaskNotFound) and stop is None:
+        # Another worker may know it (a rolling deploy that adds it, another App on the
+        # same table): the attempt does not count.
+        return Outcome(job, Kind.GIVE_BACK, error=describe_error(error), delay=UNKNOWN_TASK_DELAY)
     if stop is Stop.ABORT:
         return Outcome(job, Kind.CANCEL, duration=duration)
     if stop is Stop.SHUTDOWN:

@@ -105,6 +105,9 @@ class Producer:
         # (with its announcement to result waiters) there made every claim's turn longer
         # than the outcome writer's own statement beside it (benchmarks/README.md).
         self.completer = completer if limits is None else None
+        # Tasks this worker does not know, found by claiming their jobs: its plain claims
+        # skip them, for a worker that knows them (their jobs are given back meanwhile).
+        self.skip: set[str] = set()
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
         self.limited_out = 0  # limited tasks' jobs the claims out may take
@@ -273,6 +276,7 @@ class Producer:
                             queues=self.queues,
                             lease=self.lease,
                             done=[o.job for o in plain],
+                            skip=sorted(self.skip) if self.skip else None,
                         )
                     except BaseException:
                         completer.give_back(plain)  # written or not: the fence tells
@@ -290,6 +294,11 @@ class Producer:
                     )
                 else:
                     jobs = await self.store.claim(
-                        conn, worker=self.worker, limit=limit, queues=self.queues, lease=self.lease
+                        conn,
+                        worker=self.worker,
+                        limit=limit,
+                        queues=self.queues,
+                        lease=self.lease,
+                        skip=sorted(self.skip) if self.skip else None,
                     )
         return jobs, sent

@@ -186,6 +186,15 @@ class WorkerSettings:
         metavar="SECONDS",
         help="look for ready jobs at least this often, notifications or not",
     )
+    unknown_task_grace: float = option(
+        600.0,
+        _seconds(0, 30 * DAY),
+        "--unknown-task-grace",
+        metavar="SECONDS",
+        help="a job whose task this worker does not know is given back (the attempt does not"
+        " count) for a worker that knows it; it fails once no worker has taken it this long"
+        " after the first gave it back",
+    )
     listener_health_interval: float = option(
         10.0,
         _seconds(0.1, DAY),
@@ -226,6 +235,7 @@ class WorkerSettings:
     retention: timedelta = timedelta(days=7)
     rescue_interval: float = 2.0
     wakeups_interval: float = 10.0
+    unknown_interval: float = 30.0
     prune_interval: float = 60.0
     depth_interval: float = 15.0
 
@@ -255,6 +265,7 @@ class WorkerOptions(TypedDict, total=False):
     lease: float
     grace: float
     poll_interval: float
+    unknown_task_grace: float
     listener_health_interval: float
     listener_health_timeout: float
     metrics_port: int | None

@@ -44,6 +44,7 @@ from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
 from asyncq.worker.maintenance.rescuer import Rescuer
 from asyncq.worker.maintenance.scheduler import Scheduler
+from asyncq.worker.maintenance.unknown import UnknownTasks
 from asyncq.worker.maintenance.wakeups import LostWakeups
 from asyncq.worker.observer import (
     Counts,
@@ -185,6 +186,7 @@ class Worker:
             submit=completer.submit,
             observer=observer,
             lease=settings.lease,
+            unknown=lambda task_name: producer.skip.add(task_name),
         )
         self._running = lambda: sum(1 for a in dispatcher.attempts() if a.state is not State.ENDED)
         producer = Producer(
@@ -266,6 +268,11 @@ class Worker:
                 pieces=[
                     Rescuer(store=self.store, interval=settings.rescue_interval, observer=observer),
                     LostWakeups(store=self.store, interval=settings.wakeups_interval),
+                    UnknownTasks(
+                        store=self.store,
+                        interval=settings.unknown_interval,
+                        grace=timedelta(seconds=settings.unknown_task_grace),
+                    ),
                     Pruner(
                         store=self.store,
                         interval=settings.prune_interval,

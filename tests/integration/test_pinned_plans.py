@@ -30,6 +30,7 @@ CALLS = {
         "'w', 10, '30 s', NULL",
         "'w', 10, '30 s', '{default}'",
         "'w', 10, '30 s', '{default,other}'",
+        "'w', 10, '30 s', NULL, '{unknown.task}'",
     ],
     "asyncq_claim_limited": [
         "'w', 10, '30 s', NULL, 1000, '{limited}', '{1}', '{NULL}', '{NULL}', '{NULL}', 10",
@@ -177,6 +178,8 @@ def generic_plans(db: psycopg.Connection[Any], function: str, arguments: str) ->
     variables = re.findall(r"^\s*(v_\w+)\s+([\w\[\] ]+?)\s*(?::=.*)?;", declared, re.M)
     parameters += variables
     values = [v.strip() for v in split_arguments(arguments) if v.strip()]
+    # Arguments left out take their defaults (NULL, for asyncq's functions).
+    values += [f"NULL::{type_}" for _, type_ in parameters[len(values) : len(arguments_)]]
     values += [f"NULL::{type_}" for _, type_ in variables]
     found = statements(source)
     assert found, f"{function} has no statement"

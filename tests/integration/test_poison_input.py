@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 import asyncq
@@ -39,38 +41,96 @@ def make_ready(db: Any, job_id: int) -> None:
     )
 
 
-async def test_unknown_task_is_retried_then_failed_and_the_worker_goes_on(
+async def test_an_unknown_task_is_given_back_uncounted_then_failed_after_the_grace(
     app: asyncq.App, db: Any, drain: Any
 ) -> None:
+    """A job of a task this worker does not know costs it no attempt: it is given back
+    (for a worker that knows it), and the worker claims no more of that task's jobs. Only
+    once no worker has taken it for the grace since the first give-back does it fail,
+    naming the task."""
     ran: list[int] = []
 
     @app.task
     async def good(n: int) -> None:
         ran.append(n)
 
-    row = db.execute(
-        "INSERT INTO asyncq_jobs (task_name, args) VALUES ('no.such.task', '{}') RETURNING id"
-    ).fetchone()
-    poison = int(row[0])
+    poison = insert(db, "no.such.task", "{}")
     await good.defer(1)
 
     stats = await drain()
     assert ran == [1]
-    assert stats.done == 1 and stats.failed_attempts == 1
+    assert (stats.done, stats.failed_attempts, stats.given_back) == (1, 0, 1)
     status, attempts, last_error, finished = job(db, poison)
-    assert (status, attempts, finished) == ("queued", 1, False)  # retried, not dropped
-    assert "no.such.task" in last_error
-    assert "TaskNotFound" in last_error
+    assert (status, attempts, finished) == ("queued", 0, False)  # not counted, not dropped
+    assert "no.such.task" in last_error and "TaskNotFound" in last_error
+    [(first_given_back,)] = db.execute(
+        "SELECT unknown_since FROM asyncq_jobs WHERE id = %s", (poison,)
+    ).fetchall()
+    assert first_given_back is not None
 
-    for expected_attempts in (2, 3):
+    # Given back again and again (other workers, each of which skips it afterwards):
+    # never counted, and the first give-back's time stays.
+    for n in (2, 3):
         make_ready(db, poison)
-        await good.defer(expected_attempts)
+        await good.defer(n)
         await drain()
-        assert job(db, poison)[1] == expected_attempts
-    status, attempts, last_error, finished = job(db, poison)
-    assert (status, attempts, finished) == ("failed", 3, True)
-    assert "no.such.task" in last_error
+        assert job(db, poison)[:2] == ("queued", 0)
+    assert db.execute(
+        "SELECT unknown_since FROM asyncq_jobs WHERE id = %s", (poison,)
+    ).fetchall() == [(first_given_back,)]
     assert ran == [1, 2, 3]
+
+    # Within the grace nothing fails; past it, the maintenance fails it.
+    async with app.pool.connection() as conn:
+        assert await app.store.fail_unknown(conn, grace=timedelta(minutes=10), limit=10) == []
+    db.execute("UPDATE asyncq_jobs SET unknown_since = now() - interval '11 minutes'")
+    async with app.pool.connection() as conn:
+        failed = await app.store.fail_unknown(conn, grace=timedelta(minutes=10), limit=10)
+    assert failed == [poison]
+    status, attempts, last_error, finished = job(db, poison)
+    assert (status, finished) == ("failed", True)
+    assert "no.such.task" in last_error and "TaskNotFound" in last_error
+
+
+async def test_a_worker_that_knows_the_task_runs_what_another_gave_back(
+    app: asyncq.App, dsn: str, db: Any, drain: Any
+) -> None:
+    """Two Apps on one table, each with a task the other lacks: every job runs on the
+    worker that knows it, and none is counted or failed by the other."""
+    ran: list[str] = []
+
+    @app.task(name="apps.first")
+    async def first(n: int) -> None:
+        ran.append(f"first {n}")
+
+    other = asyncq.App(dsn)
+
+    @other.task(name="apps.second")
+    async def second(n: int) -> None:
+        ran.append(f"second {n}")
+
+    async with other:
+        ids = [await first.defer(n) for n in range(5)]
+        ids += [await other.tasks["apps.second"].defer(n) for n in range(5)]
+        with anyio.fail_after(30):
+            while True:
+                await drain()
+                async with other.connection() as conn:
+                    await conn.execute(
+                        "UPDATE asyncq_jobs SET run_at = now() WHERE status = 'queued'"
+                    )
+                await other.run_worker(drain=True, handle_signals=False)
+                left = db.execute(
+                    "SELECT count(*) FROM asyncq_jobs WHERE status <> 'done'"
+                ).fetchone()
+                if left == (0,):
+                    break
+    assert sorted(ran) == sorted(
+        [f"first {n}" for n in range(5)] + [f"second {n}" for n in range(5)]
+    )
+    assert db.execute(
+        "SELECT max(attempts), count(*) FROM asyncq_jobs WHERE id = ANY(%s)", (ids,)
+    ).fetchone() == (1, 10)
 
 
 @pytest.mark.parametrize(

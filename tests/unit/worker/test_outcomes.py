@@ -12,7 +12,7 @@ import pytest
 import asyncq
 from asyncq.codec import MAX_RESULT_BYTES
 from asyncq.job import Job
-from asyncq.worker.outcomes import Kind, Stop, decide
+from asyncq.worker.outcomes import UNKNOWN_TASK_DELAY, Kind, Stop, decide
 
 FIXED = asyncq.Backoff(base=7, factor=1, cap=7, jitter=0)
 
@@ -87,10 +87,10 @@ CASES: list[tuple[str, dict[str, Any], Kind | None, float, str | None]] = [
         "asyncq.errors.UndecodableArguments",
     ),
     (
-        "an unknown task",
+        "an unknown task: given back, for a worker that knows it",
         {"policy": None, "error": asyncq.TaskNotFound("unknown task")},
-        Kind.RETRY,
-        None,
+        Kind.GIVE_BACK,
+        UNKNOWN_TASK_DELAY,
         "asyncq.errors.TaskNotFound",
     ),
     ("its lease lost", {"error": ValueError(), "stop": Stop.LEASE_LOST}, None, 0.0, None),
