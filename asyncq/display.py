@@ -76,6 +76,8 @@ def duration(seconds: float | None) -> str:
     """A step's length: milliseconds under a second, then seconds, then as `age`."""
     if seconds is None:
         return "-"
+    if seconds <= 0:
+        return "0ms"
     if seconds < 0.01:
         return f"{seconds * 1000:.1f}ms"
     if seconds < 1:
