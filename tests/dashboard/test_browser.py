@@ -132,6 +132,13 @@ def test_hostile_values_do_not_run_in_the_browser(
         finished_at=db.execute("SELECT now()").fetchone()[0],  # type: ignore[index]
     )
     db.execute("UPDATE asyncq_jobs SET result = %s WHERE id = %s", (json.dumps(HOSTILE), ids[0]))
+    # A step and a child of its own, named by the task's code: shown, and offered to retry from.
+    db.execute(
+        "INSERT INTO asyncq_steps (job_id, name, seq, result, attempt, claim)"
+        " VALUES (%s, %s, 1, '1', 1, 1)",
+        (ids[0], HOSTILE),
+    )
+    insert_jobs(db, HOSTILE, [{}], parent_id=ids[0])
     for path in ("/", "/jobs", "/jobs?status=failed", f"/jobs/{ids[0]}"):
         page.goto(dashboard + path)
         assert page.evaluate("window.pwned") is None, path
@@ -139,6 +146,9 @@ def test_hostile_values_do_not_run_in_the_browser(
     # The values are there, shown as text.
     assert page.inner_text("#task") == HOSTILE
     assert HOSTILE in page.inner_text("#error")
+    assert page.inner_text("#steps td.step") == HOSTILE
+    assert page.locator("#retry-step option").evaluate("o => o.value") == HOSTILE
+    assert HOSTILE in page.inner_text("#children")
     assert dialogs == []
 
 
