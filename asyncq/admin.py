@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,6 +22,7 @@ from asyncq.errors import JobNotFound
 from asyncq.job import Status
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store, SyncConn
+from asyncq.workflow import SLEEP, WAIT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,12 +167,30 @@ async def _cancel(conn: Conn, store: Store, ids: list[int]) -> dict[int, str]:
             tries += 1
 
 
-async def retry(conn: Conn, store: Store, job_id: int, *, from_step: str | None) -> str:
-    """Run an ended job again, from ``from_step`` if given: the status it had."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryResult:
+    """What `retry` did: the status the job had, and how many of its recorded steps it
+    forgot (with ``from_step``: that step and every one recorded after it)."""
+
+    was: str
+    steps_forgotten: int
+
+
+async def retry(
+    conn: Conn, store: Store, job_id: int, *, from_step: str | None = None
+) -> RetryResult:
+    """Run an ended job again, from ``from_step`` if given. `JobNotFound` for an unknown
+    id; `ValueError` for a job that has not ended, that has no step of that name, or
+    whose unique key a live job holds."""
     [wanted] = job_ids([job_id])
     if from_step is not None and (not isinstance(from_step, str) or not from_step):
         raise ValueError(f"from_step must be a step's name, not {from_step!r}")
-    was, _ = await store.retry(conn, job_id=wanted, from_step=from_step)
+    try:
+        was, forgotten = await store.retry(conn, job_id=wanted, from_step=from_step)
+    except errors.UniqueViolation:
+        raise ValueError(
+            f"job {wanted} cannot run again while a live job holds its unique key"
+        ) from None
     if was is None:
         raise JobNotFound(
             f"no job has the id {wanted} (it never existed, or was pruned)", job_id=wanted
@@ -180,7 +199,7 @@ async def retry(conn: Conn, store: Store, job_id: int, *, from_step: str | None)
         raise ValueError(f"job {wanted} has no step named {from_step!r}")
     if was not in ("done", "failed", "cancelled"):
         raise ValueError(f"job {wanted} is {was}: only a job that ended can run again")
-    return was
+    return RetryResult(was=was, steps_forgotten=forgotten)
 
 
 async def pause(conn: Conn, store: Store, queue: str) -> bool:
@@ -196,11 +215,15 @@ async def resume(conn: Conn, store: Store, queue: str) -> bool:
 STATUSES = tuple(str(s) for s in Status)
 PAGED = (None, "done", "failed", "cancelled")  # the listings `jobs` pages on by before_id
 MAX_LISTING = 10_000
+SHOWN = 100  # of a job's steps, children and jobs it waits for, `job` reads so many
 
 
 @dataclass(frozen=True, slots=True)
 class JobSummary:
-    """A job as a listing shows it: ``error`` is the first line of its ``last_error``."""
+    """A job as a listing shows it: ``error`` is the first line of its ``last_error``;
+    ``run_at`` is None for a waiting job that no time wakes (it waits for an event or
+    other jobs); ``waiting_for`` is what a waiting job waits for (``sleep``,
+    ``event:<key>``, ``jobs`` or ``after``), else None."""
 
     id: int
     task_name: str
@@ -209,11 +232,12 @@ class JobSummary:
     priority: int
     attempts: int
     max_attempts: int
-    run_at: datetime
+    run_at: datetime | None
     created_at: datetime
     finished_at: datetime | None
     locked_by: str | None
     error: str | None
+    waiting_for: str | None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobSummary:
@@ -224,9 +248,73 @@ class JobSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """A step of a job's task, as recorded when it finished. ``seq``: its call among the
+    calls of its name in one run; ``status``: ``done``, or ``waiting`` for the sleep or
+    the wait for an event that the job waits in now (asyncq records its own under the
+    names ``asyncq.sleep``, ``asyncq.wait:<key>`` and ``asyncq.spawn:<task>``);
+    ``attempt``: the attempt that recorded it; ``duration_seconds``: from its start to
+    its record; ``result_bytes``: its stored result's size as JSON."""
+
+    name: str
+    seq: int
+    status: str
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime
+    duration_seconds: float | None
+    result_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    id: int
+    task: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """The jobs a job's task spawned: how many, how many of each state, and the first of
+    them by id (``jobs``: at most `SHOWN`)."""
+
+    total: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    jobs: list[Child] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class After:
+    """A job deferred with ``options(after=...)``: the jobs it runs after, and what it
+    does when one of them did not end done (``cancel`` or ``run``)."""
+
+    ids: list[int]
+    on_parent_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingFor:
+    """What a waiting job waits for. ``kind``: ``sleep`` (until ``until``), ``event``
+    (the event ``key``; ``until``: the wait's timeout, None without one), ``jobs`` (a
+    gather of its children or of other jobs) or ``after`` (the jobs it runs after);
+    ``ids``: the jobs it still waits for (the first `SHOWN`, by id), ``remaining``: how
+    many."""
+
+    kind: str
+    until: datetime | None = None
+    key: str | None = None
+    ids: list[int] = field(default_factory=list)
+    remaining: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """A job in full; ``args`` and ``result`` decoded from JSON (``args`` is the stored
-    text when it cannot be decoded)."""
+    text when it cannot be decoded); ``run_at`` None for a waiting job that no time
+    wakes. Its work beyond itself: ``steps`` (the first `SHOWN` recorded, of
+    ``steps_total``), ``step_names`` (each once, in the order first recorded: what a
+    retry can start from), ``parent`` (the job that spawned it), ``children``, ``after``
+    and, while it waits, ``waiting_for`` (`job_sync` leaves these empty)."""
 
     id: int
     task_name: str
@@ -237,7 +325,7 @@ class JobDetail:
     max_attempts: int
     claims: int
     handbacks: int
-    run_at: datetime
+    run_at: datetime | None
     created_at: datetime
     locked_by: str | None
     locked_at: datetime | None
@@ -251,6 +339,19 @@ class JobDetail:
     last_error: str | None
     args: Any
     result: Any
+    steps: list[Step] = field(default_factory=list)
+    steps_total: int = 0
+    step_names: list[str] = field(default_factory=list)
+    parent: int | None = None
+    children: Children = field(default_factory=Children)
+    after: After | None = None
+    waiting_for: WaitingFor | None = None
+
+
+# The columns of the job_detail statement: the fields without a default.
+_DETAIL_COLUMNS = [
+    f.name for f in fields(JobDetail) if f.default is MISSING and f.default_factory is MISSING
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +361,7 @@ class QueueOverview:
     scheduled: int
     oldest_ready_seconds: float | None
     running: int
+    waiting: int
     failed: int
     done_last_hour: int
     paused: bool
@@ -367,13 +469,19 @@ async def jobs(
 
 
 async def job(conn: Conn, store: Store, job_id: int) -> JobDetail | None:
-    """One job in full; None when there is no such job."""
+    """One job in full, with its steps, children, dependencies and waits; None when
+    there is no such job."""
     [wanted] = job_ids([job_id])
-    return _detail(await store.job_detail(conn, job_id=wanted))
+    found = _detail(await store.job_detail(conn, job_id=wanted))
+    if found is None:
+        return None
+    work = await store.job_workflow(conn, job_id=wanted, limit=SHOWN)
+    return found if work is None else _with_workflow(found, work)
 
 
 def job_sync(conn: SyncConn, store: Store, job_id: int) -> JobDetail | None:
-    """`job` on a synchronous connection (the Django backend's, `asyncq.contrib.django`)."""
+    """`job` on a synchronous connection (the Django backend's, `asyncq.contrib.django`),
+    without the job's steps, children, dependencies and waits."""
     [wanted] = job_ids([job_id])
     return _detail(store.job_detail_sync(conn, job_id=wanted))
 
@@ -381,12 +489,90 @@ def job_sync(conn: SyncConn, store: Store, job_id: int) -> JobDetail | None:
 def _detail(row: tuple[Any, ...] | None) -> JobDetail | None:
     if row is None:
         return None
-    values = dict(zip([f.name for f in fields(JobDetail)], row, strict=True))
+    values = dict(zip(_DETAIL_COLUMNS, row, strict=True))
     with contextlib.suppress(ValueError):  # else shown as stored
         values["args"] = json.loads(values["args"])
     if values["result"] is not None:
         values["result"] = json.loads(values["result"])
     return JobDetail(**values)
+
+
+def _with_workflow(detail: JobDetail, row: tuple[Any, ...]) -> JobDetail:
+    (
+        steps,
+        steps_total,
+        step_names,
+        children,
+        by_status,
+        parent,
+        after,
+        after_failure,
+        status,
+        waiting_for,
+        run_at,
+        awaited,
+        remaining,
+    ) = row
+    waiting = _waiting_for(waiting_for, run_at, awaited, remaining) if status == "waiting" else None
+    return replace(
+        detail,
+        steps=_steps(json.loads(steps), waiting),
+        steps_total=steps_total,
+        step_names=list(step_names),
+        parent=parent,
+        children=Children(
+            total=sum(json.loads(by_status).values()),
+            by_status=json.loads(by_status),
+            jobs=[Child(c["id"], c["task"], c["status"]) for c in json.loads(children)],
+        ),
+        after=None if after is None else After(ids=list(after), on_parent_failure=after_failure),
+        waiting_for=waiting,
+    )
+
+
+def _waiting_for(
+    kind: str | None, until: datetime | None, awaited: list[int], remaining: int
+) -> WaitingFor:
+    if kind is not None and kind.startswith("event:"):
+        return WaitingFor("event", until=until, key=kind.removeprefix("event:"))
+    if kind == "sleep":
+        return WaitingFor("sleep", until=until)
+    return WaitingFor(kind or "-", until=until, ids=list(awaited), remaining=remaining)
+
+
+def _steps(raw: list[dict[str, Any]], waiting: WaitingFor | None) -> list[Step]:
+    """The recorded steps; the sleep or the wait the job waits in is the last one of its
+    name (a sleep or a wait is recorded as the job suspends)."""
+    waits_in = None
+    if waiting is not None and waiting.kind == "sleep":
+        waits_in = SLEEP
+    elif waiting is not None and waiting.kind == "event":
+        waits_in = f"{WAIT}{waiting.key}"
+    last = max((i for i, s in enumerate(raw) if s["name"] == waits_in), default=None)
+    found = []
+    for i, step in enumerate(raw):
+        started = _time(step["started_at"])
+        finished = _time(step["finished_at"])
+        assert finished is not None
+        found.append(
+            Step(
+                name=step["name"],
+                seq=step["seq"],
+                status="waiting" if i == last else "done",
+                attempt=step["attempt"],
+                started_at=started,
+                finished_at=finished,
+                duration_seconds=None
+                if started is None
+                else max((finished - started).total_seconds(), 0.0),
+                result_bytes=step["result_bytes"],
+            )
+        )
+    return found
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
 
 
 async def queues(conn: Conn, store: Store) -> list[QueueOverview]:
@@ -404,7 +590,7 @@ async def stats(
     assert health is not None, "the jobs table has no statistics row"
     horizon = await store.oldest_snapshot(conn)
     autovacuum, autovacuum_off = await store.autovacuum_off(conn)
-    rows = dict(zip(("queued", "running", "failed", "cancelled"), counts, strict=True))
+    rows = dict(zip(("queued", "running", "waiting", "failed", "cancelled"), counts, strict=True))
     rows["done"] = max(health[0] - sum(rows.values()), 0)  # estimated: live tuples less the rest
     found = TableStats(
         rows=rows,

@@ -614,9 +614,9 @@ class App:
         from where it stopped). With ``from_step``, that step (its first call) and every
         step recorded after it run again; earlier ones keep their results. Returns the
         status the job had; `JobNotFound` for an unknown id, `ValueError` for a job that
-        has not ended or has no step of that name."""
+        has not ended, has no step of that name, or whose unique key a live job holds."""
         async with pools.connection(self.pool) as conn:
-            return await admin.retry(conn, self.store, job_id, from_step=from_step)
+            return (await admin.retry(conn, self.store, job_id, from_step=from_step)).was
 
     async def pause(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue`` (running jobs finish; defers still

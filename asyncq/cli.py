@@ -160,6 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids to cancel")
     cancel.add_argument("--json", action="store_true", help="print one JSON object")
 
+    retry = commands.add_parser(
+        "retry",
+        help="run a job that ended again",
+        description="Run a job that ended (done, failed or cancelled) again: queued, its"
+        " attempts reset; the steps it finished keep their results. With --from-step, that"
+        " step and every step recorded after it run again. Exits 1 for an unknown id, a"
+        " job that has not ended, or a step it does not have.",
+    )
+    retry.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    retry.add_argument("id", type=int, metavar="ID", help="the job's id")
+    retry.add_argument(
+        "--from-step",
+        metavar="NAME",
+        help="forget this step (its first call) and every later one: they run again",
+    )
+
     for name, what in (("pause", "stop"), ("resume", "start")):
         command = commands.add_parser(
             name,
@@ -192,7 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--json", action="store_true", help="one JSON object per job")
 
-    job = commands.add_parser("job", help="one job in full", description="Show one job in full.")
+    job = commands.add_parser(
+        "job",
+        help="one job in full",
+        description="Show one job in full: its row, its steps, the job that spawned it, its"
+        " children, the jobs it runs after, and what it waits for.",
+    )
     job.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     job.add_argument("id", type=int, metavar="ID", help="the job's id")
     job.add_argument("--json", action="store_true", help="print one JSON object")
@@ -201,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         "queues",
         help="the queues and their jobs by state",
         description="Each queue: ready and scheduled jobs, the age of the oldest ready one,"
-        " running, failed, done in the last hour, and whether it is paused.",
+        " running, waiting, failed, done in the last hour, and whether it is paused.",
     )
     queues.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     queues.add_argument("--json", action="store_true", help="one JSON object per queue")
@@ -385,6 +406,22 @@ async def _cancel(app: App, args: argparse.Namespace) -> None:
         raise _Refused()
 
 
+async def _retry(app: App, args: argparse.Namespace) -> None:
+    async with app, pools.connection(app.pool) as conn:
+        try:
+            done = await admin.retry(conn, app.store, args.id, from_step=args.from_step)
+        except ValueError as exc:  # a job that has not ended, a step it does not have
+            print(f"asyncq: error: {exc}", file=sys.stderr)
+            raise _Refused() from None
+    if args.from_step is None:
+        print(f"job {args.id} ({done.was}) queued again; its finished steps keep their results")
+    else:
+        print(
+            f"job {args.id} ({done.was}) queued again from step {args.from_step!r}:"
+            f" {done.steps_forgotten} recorded steps forgotten, to run again"
+        )
+
+
 async def _pause(app: App, args: argparse.Namespace) -> None:
     async with app:
         changed = await app.pause(args.queue)
@@ -412,7 +449,10 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
         for summary in found:
             print(admin.as_json(summary))
         return
-    headers = ["id", "task", "queue", "status", "attempts", "run_at", "finished", "error"]
+    # Waiting jobs have not finished: what they wait for instead.
+    waiting = args.status == "waiting"
+    headers = ["id", "task", "queue", "status", "attempts", "run_at"]
+    headers += ["waiting_for" if waiting else "finished", "error"]
     rows = [
         [
             j.id,
@@ -421,7 +461,7 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
             j.status,
             f"{j.attempts}/{j.max_attempts}",
             j.run_at,
-            j.finished_at,
+            j.waiting_for if waiting else j.finished_at,
             j.error,
         ]
         for j in found
@@ -439,14 +479,91 @@ async def _job(app: App, args: argparse.Namespace) -> None:
         print(admin.as_json(found))
         return
     for name, value in dataclasses.asdict(found).items():
-        if name in ("args", "result", "last_error"):
+        if name in ("args", "result", "last_error") or name in _WORKFLOW_FIELDS:
             continue
         print(f"{name:>18}  {display.cell(value)}")
     print(f"{'args':>18}  {display.printable(json.dumps(found.args, ensure_ascii=False))}")
     print(f"{'result':>18}  {display.printable(json.dumps(found.result, ensure_ascii=False))}")
+    for line in _workflow_lines(found):
+        print(line)
     if found.last_error:
         print(f"{'last_error':>18}")
         print(display.printable(found.last_error))
+
+
+_WORKFLOW_FIELDS = (
+    "steps",
+    "steps_total",
+    "step_names",
+    "parent",
+    "children",
+    "after",
+    "waiting_for",
+)
+_INDENT = " " * 20
+
+
+def _workflow_lines(job: admin.JobDetail) -> list[str]:
+    """A job's work beyond itself, in the layout of the fields above: what it waits for,
+    the job that spawned it, the jobs it runs after, its steps and its children (each
+    only when it has some)."""
+    lines = []
+    if job.waiting_for is not None:
+        lines.append(f"{'waiting_for':>18}  {_waiting_text(job.waiting_for)}")
+    if job.parent is not None:
+        lines.append(f"{'parent':>18}  {job.parent}")
+    if job.after is not None:
+        lines.append(
+            f"{'after':>18}  {_ids(job.after.ids)}"
+            f" (on_parent_failure: {job.after.on_parent_failure})"
+        )
+    if job.steps_total:
+        lines.append(f"{'steps':>18}  {job.steps_total}{_shown(len(job.steps), job.steps_total)}")
+        rows = [
+            [
+                s.name,
+                s.seq,
+                s.status,
+                s.attempt,
+                s.started_at,
+                s.finished_at,
+                display.duration(s.duration_seconds),
+                None if s.result_bytes is None else display.size(s.result_bytes),
+            ]
+            for s in job.steps
+        ]
+        headers = ["name", "seq", "status", "attempt", "started", "finished", "took", "result"]
+        lines += [_INDENT + line for line in display.table(headers, rows).splitlines()]
+    children = job.children
+    if children.total:
+        states = ", ".join(f"{n} {state}" for state, n in sorted(children.by_status.items()))
+        lines.append(
+            f"{'children':>18}  {children.total} ({states})"
+            + _shown(len(children.jobs), children.total)
+        )
+        rows = [[c.id, c.task, c.status] for c in children.jobs]
+        table = display.table(["id", "task", "status"], rows)
+        lines += [_INDENT + line for line in table.splitlines()]
+    return lines
+
+
+def _shown(shown: int, total: int) -> str:
+    return "" if shown >= total else f", {shown} of {total} shown"
+
+
+def _waiting_text(waiting: admin.WaitingFor) -> str:
+    until = display.cell(waiting.until)
+    if waiting.kind == "sleep":
+        return f"sleep, until {until}"
+    if waiting.kind == "event":
+        key = display.printable(json.dumps(waiting.key, ensure_ascii=False))
+        return f"event {key}, " + ("no timeout" if waiting.until is None else f"until {until}")
+    what = {"jobs": "jobs to end", "after": "jobs it runs after to end"}.get(
+        waiting.kind, display.cell(waiting.kind)
+    )
+    shown = " ".join(str(i) for i in waiting.ids)
+    more = " ..." if waiting.remaining > len(waiting.ids) else ""
+    return f"{waiting.remaining} {what}: {shown}{more}" if waiting.ids else what
 
 
 async def _queues(app: App, args: argparse.Namespace) -> None:
@@ -462,6 +579,7 @@ async def _queues(app: App, args: argparse.Namespace) -> None:
         "scheduled",
         "oldest ready",
         "running",
+        "waiting",
         "failed",
         "done (1h)",
         "paused",
@@ -473,6 +591,7 @@ async def _queues(app: App, args: argparse.Namespace) -> None:
             q.scheduled,
             display.age(q.oldest_ready_seconds),
             q.running,
+            q.waiting,
             q.failed,
             q.done_last_hour,
             q.paused,
@@ -623,6 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "requeue": _requeue,
         "schedules": _schedules,
         "cancel": _cancel,
+        "retry": _retry,
         "pause": _pause,
         "resume": _resume,
         "jobs": _jobs,

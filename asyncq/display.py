@@ -72,5 +72,20 @@ def age(seconds: float | None) -> str:
     return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
+def duration(seconds: float | None) -> str:
+    """A step's length: milliseconds under a second, then seconds, then as `age`."""
+    if seconds is None:
+        return "-"
+    if seconds <= 0:
+        return "0ms"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    return age(seconds)
+
+
 def since(then: datetime | None, now: datetime) -> str:
     return "never" if then is None else f"{age((now - then).total_seconds())} ago"

@@ -117,7 +117,7 @@ class WorkerMetrics(Observer):
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         self.depth.clear()
         for q in queues:
-            for state in ("ready", "scheduled", "running", "failed"):
+            for state in ("ready", "scheduled", "running", "waiting", "failed"):
                 self.depth.labels(q.queue, state).set(getattr(q, state))
 
 

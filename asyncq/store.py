@@ -698,6 +698,7 @@ class Store:
             None: "list_all",
             "queued": "list_queued",
             "running": "list_running",
+            "waiting": "list_waiting",
             "done": "list_done",
             "failed": "list_ended",
             "cancelled": "list_ended",
@@ -991,10 +992,10 @@ class Store:
         return int(row[0]) if row else 0
 
     @_translating
-    async def job_workflow(
-        self, conn: Conn, *, job_id: int, children: int
-    ) -> tuple[Any, ...] | None:
-        cur = await conn.execute(self.q["job_workflow"], {"id": job_id, "children": children})
+    async def job_workflow(self, conn: Conn, *, job_id: int, limit: int) -> tuple[Any, ...] | None:
+        """A job's steps, children, dependencies and waits (``limit``: of each list, at
+        most so many), as `admin.job` shows them."""
+        cur = await conn.execute(self.q["job_workflow"], {"id": job_id, "limit": limit})
         return await cur.fetchone()
 
     # -- asyncq.testing ----------------------------------------------------------------

@@ -16,14 +16,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from asyncq import admin, pools
+from asyncq import admin, display, pools
 from asyncq.app import App
 from asyncq.dashboard import chart, metrics
 from asyncq.dashboard.csrf import FIELD, Csrf
 from asyncq.dashboard.guard import Authorize, Guard
 from asyncq.dashboard.hosts import AllowedHosts
 from asyncq.dashboard.login import Login
-from asyncq.errors import PreparedStatementsRefused, SchemaNotMigrated
+from asyncq.errors import JobNotFound, PreparedStatementsRefused, SchemaNotMigrated
 
 PAGE = 50
 MAX_PAGE = 1000
@@ -36,6 +36,9 @@ NOTICES = {
     "cancelled": "Cancelled.",
     "aborting": "Cancelling: its worker stops it and writes it cancelled.",
     "not-cancelled": "Not cancelled: the job had ended already.",
+    "retried": "Queued again: the steps it finished keep their results.",
+    "retried-from-step": "Queued again: that step and every one recorded after it run again.",
+    "not-retried": "Not retried: only a job that ended can run again, from a step it has.",
     "paused": "Paused: no worker claims from this queue now.",
     "already-paused": "The queue was paused already.",
     "resumed": "Resumed: workers claim from this queue again.",
@@ -51,6 +54,8 @@ _templates.filters["when"] = lambda v: (
     "-" if v is None else f"{v.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 )
 _templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+_templates.filters["took"] = display.duration
+_templates.filters["size"] = lambda v: "-" if v is None else display.size(v)
 _STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -75,6 +80,7 @@ class Dashboard:
             Route("/jobs/{job_id:int}", self.job_page, name="job"),
             Route("/jobs/{job_id:int}/requeue", self.action(self.requeue), methods=["POST"]),
             Route("/jobs/{job_id:int}/cancel", self.action(self.cancel), methods=["POST"]),
+            Route("/jobs/{job_id:int}/retry", self.action(self.retry), methods=["POST"]),
             Route("/queues/pause", self.action(self.pause), methods=["POST"]),
             Route("/queues/resume", self.action(self.resume), methods=["POST"]),
             Route("/metrics", self.metrics),
@@ -164,7 +170,14 @@ class Dashboard:
             found = await admin.job(conn, self.app.store, job_id)
         if found is None:
             return self.render(request, "missing.html", status=404, job_id=job_id)
-        return self.render(request, "job.html", job=found, timeline=_timeline(found))
+        return self.render(
+            request,
+            "job.html",
+            job=found,
+            timeline=_timeline(found),
+            bars=_bars(found.steps),
+            shown=admin.SHOWN,
+        )
 
     async def unusable(self, request: Request, exc: Exception) -> Response:
         """A page that says why the database cannot serve the dashboard, and the cure:
@@ -213,6 +226,17 @@ class Dashboard:
         notice = outcome if outcome in ("cancelled", "aborting") else "not-cancelled"
         return f"/jobs/{job_id}?notice={notice}"
 
+    async def retry(self, request: Request, form: dict[str, str]) -> str:
+        """Run the job again; from the step named by the form's ``step``, if given."""
+        job_id = request.path_params["job_id"]
+        step = form.get("step") or None
+        try:
+            async with pools.connection(self.app.pool) as conn:
+                await admin.retry(conn, self.app.store, job_id, from_step=step)
+        except (JobNotFound, ValueError):  # ended since the page was shown, pruned, no step
+            return f"/jobs/{job_id}?notice=not-retried"
+        return f"/jobs/{job_id}?notice={'retried' if step is None else 'retried-from-step'}"
+
     async def pause(self, request: Request, form: dict[str, str]) -> str:
         async with pools.connection(self.app.pool) as conn:
             changed = await admin.pause(conn, self.app.store, form.get("queue", ""))
@@ -247,11 +271,23 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items()}
 
 
+BAR = 120  # the width of the longest step's bar, in pixels
+
+
+def _bars(steps: list[admin.Step]) -> list[int]:
+    """Each step's bar: its length against the longest step's (at least a pixel)."""
+    longest = max((s.duration_seconds or 0.0 for s in steps), default=0.0)
+    return [
+        max(1, round(BAR * (s.duration_seconds or 0.0) / longest)) if longest else 1 for s in steps
+    ]
+
+
 def _timeline(job: admin.JobDetail) -> list[tuple[str, datetime]]:
+    due = {"queued": "runs at", "waiting": "due at"}
     moments = [
         ("created", job.created_at),
         ("scheduled for", job.scheduled_at),
-        ("runs at" if job.status == "queued" else "run at", job.run_at),
+        (due.get(job.status, "run at"), job.run_at),
         ("locked", job.locked_at),
         ("lease ends", job.expires_at),
         ("cancel asked", job.abort_requested_at),

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from asyncq.admin import QueueOverview
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-STATES = ("ready", "scheduled", "running", "failed")
+STATES = ("ready", "scheduled", "running", "waiting", "failed")
 
 
 def _label(value: str) -> str:

@@ -490,10 +490,12 @@ SELECT name, paused_at FROM asyncq_queues WHERE paused_at IS NOT NULL ORDER BY n
 -- Listings of the asyncq command and the dashboard. Each state is read through its own
 -- index, in that state's natural order, so that a listing reads about as many rows as it
 -- shows, whatever the number of done rows.
+-- A waiting job's run_at is 'infinity' while nothing but an event or other jobs can wake
+-- it: listed as NULL (no time), which Python's datetime cannot hold.
 
 -- name: list_queued
-SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
-       created_at, finished_at, locked_by, last_error
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE status = 'queued'
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -502,8 +504,8 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
  LIMIT %(limit)s
 
 -- name: list_running
-SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
-       created_at, finished_at, locked_by, last_error
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE expires_at IS NOT NULL AND status = 'running'
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -511,13 +513,26 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
  ORDER BY expires_at
  LIMIT %(limit)s
 
+-- name: list_waiting
+-- The jobs due at a time (a sleep's end, a wait's timeout) in that order, then those that
+-- wait for an event or other jobs only, oldest first: all of them are read and sorted
+-- (through asyncq_jobs_waiting_for), as few as they are beside the rest.
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
+  FROM asyncq_jobs
+ WHERE status = 'waiting'
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR task_name = %(task)s)
+ ORDER BY run_at, id
+ LIMIT %(limit)s
+
 -- name: list_done
 -- Newest first; %(before_id)s (NULL: from the newest) pages on after that job. Many jobs
 -- end in one batch at the same instant: the id orders them, sorted within each instant
 -- as the index hands them over.
 WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
-SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
-       created_at, finished_at, locked_by, last_error
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE status = 'done'
    AND (%(before_id)s::bigint IS NULL
@@ -531,8 +546,8 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
 -- name: list_ended
 -- Failed or cancelled jobs (%(status)s), newest first, paged on as list_done is.
 WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
-SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
-       created_at, finished_at, locked_by, last_error
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE status IN ('failed', 'cancelled') AND status = %(status)s::asyncq_job_status
    AND (%(before_id)s::bigint IS NULL
@@ -545,8 +560,8 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
 
 -- name: list_all
 -- Newest first; %(before_id)s (NULL: from the newest) pages on by the primary key.
-SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run_at,
-       created_at, finished_at, locked_by, last_error
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -556,22 +571,23 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, run
 
 -- name: job_detail
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, claims,
-       handbacks, run_at, created_at, locked_by, locked_at, expires_at, finished_at,
-       unique_key, group_key, schedule, scheduled_at, abort_requested_at, last_error,
+       handbacks, nullif(run_at, 'infinity'), created_at, locked_by, locked_at, expires_at,
+       finished_at, unique_key, group_key, schedule, scheduled_at, abort_requested_at, last_error,
        args::text, result::text
   FROM asyncq_jobs
  WHERE id = %(id)s
 
 -- name: queue_overview
--- Per queue: ready and scheduled jobs, the age of the oldest ready one, running, failed,
--- done in the last hour, and whether it is paused (migration 0013).
-SELECT * FROM asyncq_queue_overview()
+-- Per queue: ready and scheduled jobs, the age of the oldest ready one, running, waiting,
+-- failed, done in the last hour, and whether it is paused (migration 0017).
+SELECT * FROM asyncq_queue_states()
 
 -- name: state_counts
 -- Every state but done, counted through its index (done rows are most of the table:
 -- their number comes from the statistics instead).
 SELECT (SELECT count(*) FROM asyncq_jobs WHERE status = 'queued'),
        (SELECT count(*) FROM asyncq_jobs WHERE expires_at IS NOT NULL AND status = 'running'),
+       (SELECT count(*) FROM asyncq_jobs WHERE status = 'waiting'),
        (SELECT count(*) FROM asyncq_jobs
          WHERE status IN ('failed', 'cancelled') AND status = 'failed'),
        (SELECT count(*) FROM asyncq_jobs
@@ -808,20 +824,31 @@ SELECT * FROM asyncq_retry(%(id)s::bigint, %(from_step)s::text)
 SELECT * FROM asyncq_prune_events(%(retention)s::interval, %(limit)s::int)
 
 -- name: job_workflow
--- What `asyncq job` shows of a job's work beyond itself: its steps in the order they
--- were recorded, its children, and what it waits for.
+-- What `asyncq job` shows of a job's work beyond itself: its steps in the order they were
+-- recorded (the first %(limit)s, how many in all, and every name once, in the order of
+-- its first record); its children (the first %(limit)s by id, and how many of each
+-- state); the jobs it runs after; what it waits for, and the jobs it still waits for
+-- (the first %(limit)s, and how many).
 SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'name', s.name, 'seq', s.seq, 'status', 'done', 'attempt', s.attempt,
+                   'name', s.name, 'seq', s.seq, 'attempt', s.attempt,
                    'started_at', s.started_at, 'finished_at', s.finished_at,
                    'result_bytes', octet_length(s.result::text)) ORDER BY s.position), '[]')
-          FROM asyncq_steps s WHERE s.job_id = j.id)::text,
+          FROM (SELECT * FROM asyncq_steps s WHERE s.job_id = j.id
+                 ORDER BY s.position LIMIT %(limit)s) AS s)::text,
+       (SELECT count(*) FROM asyncq_steps s WHERE s.job_id = j.id),
+       ARRAY(SELECT s.name FROM asyncq_steps s WHERE s.job_id = j.id
+              GROUP BY s.name ORDER BY min(s.position)),
        (SELECT coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'task', c.task_name,
                                                      'status', c.status) ORDER BY c.id), '[]')
           FROM (SELECT c.id, c.task_name, c.status FROM asyncq_jobs c
-                 WHERE c.parent_id = j.id ORDER BY c.id LIMIT %(children)s) AS c)::text,
-       (SELECT count(*) FROM asyncq_jobs c WHERE c.parent_id = j.id),
-       j.parent_id, j.after, j.after_failure, j.waiting_for, j.run_at,
-       (SELECT coalesce(array_agg(w.on_id ORDER BY w.on_id), '{}') FROM asyncq_waits w
-         WHERE w.job_id = j.id)
+                 WHERE c.parent_id = j.id ORDER BY c.id LIMIT %(limit)s) AS c)::text,
+       (SELECT coalesce(jsonb_object_agg(c.status, c.n), '{}')
+          FROM (SELECT c.status::text, count(*) AS n FROM asyncq_jobs c
+                 WHERE c.parent_id = j.id GROUP BY c.status) AS c)::text,
+       j.parent_id, j.after, j.after_failure, j.status::text, j.waiting_for,
+       nullif(j.run_at, 'infinity'),
+       ARRAY(SELECT w.on_id FROM asyncq_waits w WHERE w.job_id = j.id
+              ORDER BY w.on_id LIMIT %(limit)s),
+       (SELECT count(*) FROM asyncq_waits w WHERE w.job_id = j.id)
   FROM asyncq_jobs j
  WHERE j.id = %(id)s

@@ -52,6 +52,7 @@ class QueueDepth:
     scheduled: int
     running: int
     failed: int
+    waiting: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -31,6 +31,7 @@ def million(db: Any) -> None:
         "        LATERAL (SELECT (CASE WHEN g %% 10000 = 1 THEN 'failed'"
         "                              WHEN g %% 10000 = 2 THEN 'cancelled'"
         "                              WHEN g %% 10000 = 3 THEN 'running'"
+        "                              WHEN g %% 10000 = 5 THEN 'waiting'"
         "                              WHEN g %% 1000 = 4 THEN 'queued'"
         "                              ELSE 'done' END)::asyncq_job_status AS s) AS state",
         (ROWS,),
@@ -47,6 +48,7 @@ async def plan(app: asyncq.App, query: str, params: dict[str, Any]) -> str:
 LISTINGS = [
     ("queued", "list_queued", "asyncq_jobs_ready"),
     ("running", "list_running", "asyncq_jobs_leases"),
+    ("waiting", "list_waiting", "asyncq_jobs_waiting_for"),
     ("done", "list_done", "asyncq_jobs_done"),
     ("failed", "list_ended", "asyncq_jobs_ended"),
     ("cancelled", "list_ended", "asyncq_jobs_ended"),
@@ -65,7 +67,7 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
                 "queue": queue,
                 "task": task,
                 "limit": 10,
-                "before_id": None if status in ("queued", "running") else ROWS // 2,
+                "before_id": None if status in ("queued", "running", "waiting") else ROWS // 2,
             }
             found = await plan(app, query, params)
             assert "Seq Scan" not in found, (status, queue, task, found)
@@ -95,7 +97,9 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
         stats = await admin.stats(conn, app.store)
     assert set(queues) == {"default", "mail"}
     assert sum(q.failed for q in queues.values()) == ROWS // 10_000
+    assert sum(q.waiting for q in queues.values()) == ROWS // 10_000
     assert stats.rows["failed"] == ROWS // 10_000
+    assert stats.rows["waiting"] == ROWS // 10_000
     assert abs(sum(stats.rows.values()) - ROWS) < ROWS // 100  # done rows are estimated
 
 

@@ -17,6 +17,7 @@ COMMANDS = {
     "requeue": ["m:app", "1"],
     "schedules": ["m:app"],
     "cancel": ["m:app", "1"],
+    "retry": ["m:app", "1"],
     "pause": ["m:app", "q"],
     "resume": ["m:app", "q"],
     "jobs": ["m:app"],

@@ -17,5 +17,7 @@ class DepthSampler:
 
     async def run(self, conn: Conn) -> bool:
         rows = await self.store.queue_overview(conn)
-        self.observer.queue_depth([QueueDepth(r[0], r[1], r[2], r[4], r[5]) for r in rows])
+        self.observer.queue_depth(
+            [QueueDepth(r[0], r[1], r[2], r[4], r[6], waiting=r[5]) for r in rows]
+        )
         return False
