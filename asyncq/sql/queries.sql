@@ -309,7 +309,7 @@ UNION ALL
 SELECT 'UPDATE (' || c || ')'
   FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
                     'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at',
-                    'abort_requested_at', 'result', 'waiting_for']) AS c
+                    'abort_requested_at', 'result', 'waiting_for', 'unknown_since']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')

@@ -372,8 +372,8 @@ class LogObserver(Observer):
             )
         elif kind is Kind.GIVE_BACK:
             logger.warning(
-                "job %d: task %s is unknown to this worker: given back (the attempt does not"
-                " count), and this worker claims no more of its jobs",
+                "job %d: unknown task %r on this worker: given back for a worker that knows"
+                " it (the attempt does not count); this worker claims no more of its jobs",
                 job.id,
                 job.task_name,
                 extra={"action": "job_given_back", **extra},

@@ -61,9 +61,12 @@ class Waker:
                 tries.succeeded()
 
     async def _pass(self) -> None:
-        async with pools.connection(self.pool) as conn:
-            while await self.store.wake_due(conn, limit=WAKE_LIMIT) >= WAKE_LIMIT:
-                pass
-            seconds = await self.store.next_wake(conn)
+        # Once begun, a pass ends (within its deadline) before a shutdown's cancellation
+        # reaches it: a statement cancelled mid-way costs its connection.
+        with anyio.CancelScope(shield=True):
+            async with pools.connection(self.pool) as conn:
+                while await self.store.wake_due(conn, limit=WAKE_LIMIT) >= WAKE_LIMIT:
+                    pass
+                seconds = await self.store.next_wake(conn)
         if seconds is not None:
             self.due.add(seconds)

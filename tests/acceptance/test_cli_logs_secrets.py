@@ -50,10 +50,11 @@ def test_worker_logs_hold_no_arguments_and_no_password(
     quick = {
         "guarded.flaky": insert_jobs(db, "guarded.flaky", [{"token": SECRET}]),
         "guarded.doomed": insert_jobs(db, "guarded.doomed", [{"token": SECRET}]),
-        "no.such.task": insert_jobs(db, "no.such.task", [{"token": SECRET}], max_attempts=1),
         # Arguments that do not fit the function: the error names the parameter only.
         "guarded.ok": insert_jobs(db, "guarded.ok", [{"tokn": SECRET}], max_attempts=1),
     }
+    # A task this worker does not know: given back, for a worker that knows it.
+    [unknown] = insert_jobs(db, "no.such.task", [{"token": SECRET}], max_attempts=1)
     [slow] = insert_jobs(db, "guarded.slow", [{"token": SECRET, "seconds": 60}])
 
     first = start(workers, env, "--lease", "1")
@@ -63,6 +64,7 @@ def test_worker_logs_hold_no_arguments_and_no_password(
         10,
         "the quick jobs to finish",
     )
+    wait_until(lambda: job_row(db, unknown)["last_error"], 10, "the unknown task's job given back")
     # Freeze the first worker: its lease lapses, a second worker reaps the job and runs it.
     first.send(signal.SIGSTOP)
     try:
@@ -88,6 +90,7 @@ def test_worker_logs_hold_no_arguments_and_no_password(
     assert [status_of(db, i) for i in quick["guarded.flaky"]] == ["done"]
     assert job_row(db, quick["guarded.flaky"][0])["attempts"] == 2
     assert [status_of(db, i) for i in quick["guarded.doomed"]] == ["failed"]
+    assert (status_of(db, unknown), job_row(db, unknown)["attempts"]) == ("queued", 0)
     assert job_row(db, slow)["attempts"] == 2
     # ... and was logged at INFO and above, with no argument and no password.
     logs = first.stderr() + second.stderr()
