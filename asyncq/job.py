@@ -173,9 +173,10 @@ class JobContext:
         return await self._run().wait_for_event(key, seconds)
 
     async def spawn(self, task: Any, /, *args: Any, **kwargs: Any) -> int:
-        """Defer a child job of this one (``task``, or ``task.options(queue=..., ...)``),
-        durably: when the job runs again, the same call returns the same id and writes
-        nothing. Returns the child's id, for `gather`."""
+        """Defer a child job of this one (``task``, or ``task.options(queue=...,
+        priority=..., max_attempts=...)``; it is ready at once, so other options are
+        refused), durably: when the job runs again, the same call returns the same id and
+        writes nothing. Returns the child's id, for `gather`."""
         return await self._run().spawn(task, args, kwargs)
 
     async def spawn_many(self, task: Any, kwargs_list: Sequence[dict[str, Any]], /) -> list[int]:
