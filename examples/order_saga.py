@@ -69,6 +69,7 @@ INSERT INTO saga_orders (id, sku, quantity, amount_cents) VALUES
 
 
 async def charge(conn: Conn, order_id: int) -> str | None:
+    """Stands for a payment (a declined card would return why); recorded in our table."""
     calls["charge"] += 1
     await conn.execute(
         "INSERT INTO saga_payments (order_id, kind, amount_cents)"
@@ -165,19 +166,23 @@ async def place_order(order_id: int, address: str) -> dict[str, Any]:
         return await give_up(order_id, rejected, undo=[])
     rejected = await ctx.step_tx("reserve", reserve, order_id)
     if rejected:
-        return await give_up(order_id, rejected, undo=[refund])
+        return await give_up(order_id, rejected, undo=[("refund", refund)])
     shipment = await ctx.step("ship", ship, order_id, address)
     if "refused" in shipment:
-        return await give_up(order_id, shipment["refused"], undo=[release, refund])
+        return await give_up(
+            order_id, shipment["refused"], undo=[("release", release), ("refund", refund)]
+        )
     await ctx.step_tx("confirm", confirm, order_id, shipment["tracking"])
     return {"order": order_id, "status": "shipped", "tracking": shipment["tracking"]}
 
 
-async def give_up(order_id: int, reason: str, undo: list[Compensation]) -> dict[str, Any]:
+async def give_up(
+    order_id: int, reason: str, undo: list[tuple[str, Compensation]]
+) -> dict[str, Any]:
     """The way back: each compensation is a step, so each runs once, in this order."""
     ctx = asyncq.current_job()
-    for compensation in undo:
-        await ctx.step_tx(compensation.__name__, compensation, order_id)
+    for name, compensation in undo:
+        await ctx.step_tx(name, compensation, order_id)
     await ctx.step_tx("cancel", cancel, order_id, reason)
     return {"order": order_id, "status": "cancelled", "reason": reason}
 
