@@ -13,9 +13,16 @@ reaper once that lease has expired::
       │  handed back       │  ▼
       └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
-``cancelled``: a cancel ends a queued job there at once; for a running one it marks
-the row, and whatever ends that attempt (its worker stopping it, a failure, a
-hand-back, the reaper) ends the job ``cancelled``, not queued again.
+``cancelled``: a cancel ends a queued or waiting job there at once (and the unfinished
+jobs it spawned); for a running one it marks the row, and whatever ends that attempt
+(its worker stopping it, a failure, a hand-back, the reaper) ends the job
+``cancelled``, not queued again.
+
+``waiting``: a running job that suspends itself (a sleep, a wait for an event, a
+gather) waits there, its attempt given back, and a job deferred ``after`` others starts
+there; it is never claimed, and becomes ``queued`` when its time comes, its event is
+emitted or the jobs it waits for end (or ``cancelled``, after others that did not all
+end ``done``, with ``on_parent_failure="cancel"``).
 
 A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
 
