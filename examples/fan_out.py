@@ -81,7 +81,7 @@ async def summarise_section(text: str) -> str:
 @app.task(
     queue=QUEUE,
     name="fan_out.summarise_document",
-    max_attempts=5,
+    max_attempts=10,
     retry=asyncq.Backoff(base=0.05, cap=0.5),
     retry_on=(RateLimited,),
 )
