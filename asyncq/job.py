@@ -13,9 +13,16 @@ reaper once that lease has expired::
       │  handed back       │  ▼
       └────────────────────┘ failed ──▶ (a person requeues it, or not)
 
-``cancelled``: a cancel ends a queued job there at once; for a running one it marks
-the row, and whatever ends that attempt (its worker stopping it, a failure, a
-hand-back, the reaper) ends the job ``cancelled``, not queued again.
+``cancelled``: a cancel ends a queued or waiting job there at once (and the unfinished
+jobs it spawned); for a running one it marks the row, and whatever ends that attempt
+(its worker stopping it, a failure, a hand-back, the reaper) ends the job
+``cancelled``, not queued again.
+
+``waiting``: a running job that suspends itself (a sleep, a wait for an event, a
+gather) waits there, its attempt given back, and a job deferred ``after`` others starts
+there; it is never claimed, and becomes ``queued`` when its time comes, its event is
+emitted or the jobs it waits for end (or ``cancelled``, after others that did not all
+end ``done``, with ``on_parent_failure="cancel"``).
 
 A schedule's slot makes a job like any other, with ``schedule`` and ``scheduled_at`` set.
 
@@ -173,9 +180,10 @@ class JobContext:
         return await self._run().wait_for_event(key, seconds)
 
     async def spawn(self, task: Any, /, *args: Any, **kwargs: Any) -> int:
-        """Defer a child job of this one (``task``, or ``task.options(queue=..., ...)``),
-        durably: when the job runs again, the same call returns the same id and writes
-        nothing. Returns the child's id, for `gather`."""
+        """Defer a child job of this one (``task``, or ``task.options(queue=...,
+        priority=..., max_attempts=...)``; it is ready at once, so other options are
+        refused), durably: when the job runs again, the same call returns the same id and
+        writes nothing. Returns the child's id, for `gather`."""
         return await self._run().spawn(task, args, kwargs)
 
     async def spawn_many(self, task: Any, kwargs_list: Sequence[dict[str, Any]], /) -> list[int]:

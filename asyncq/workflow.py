@@ -363,12 +363,26 @@ def _job_id(value: object) -> int:
 def _target(task: Any) -> tuple[Any, Any]:
     """The task and the options of a `Task` or of a `Deferrer` (``task.options(...)``)."""
     if hasattr(task, "opts") and hasattr(task, "task"):  # a Deferrer
-        if task.opts.conn is not None or task.opts.unique_key is not None:
+        o = task.opts
+        given = [
+            f"{name}="
+            for name, value in (
+                ("conn", o.conn),
+                ("unique_key", o.unique_key),
+                ("delay", o.delay),
+                ("run_at", o.run_at),
+                ("group", o.group),
+                ("after", o.after),
+            )
+            if value
+        ]
+        if given:
             raise ValueError(
-                "a child job is written by the worker: options(conn=, unique_key=)"
+                "a child job is written by the worker, ready at once, with the queue,"
+                f" priority and max_attempts of its options: options({', '.join(given)})"
                 " do not apply to ctx.spawn"
             )
-        return task.task, task.opts
+        return task.task, o
     if hasattr(task, "defaults") and hasattr(task, "encode_many"):
         return task, task.defaults
     raise TypeError(f"ctx.spawn() takes a task (or task.options(...)), not {task!r}")

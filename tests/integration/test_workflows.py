@@ -5,7 +5,7 @@ retries from a step, cancels that reach children, and writes fenced by the claim
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -368,6 +368,46 @@ async def test_a_failed_child_reaches_gather_as_child_failed(
     worker()
     assert await app.result(first, timeout=WAIT) == {"failed": True, "error": True}
     assert await app.result(second, timeout=WAIT) == [0, 1, "ChildFailed", 3]
+
+
+async def test_spawn_refuses_the_options_a_child_cannot_have(
+    app: asyncq.App, db: Any, worker: Any
+) -> None:
+    """A child is written ready, with its options' queue, priority and max_attempts: a
+    delay, a group or dependencies would be dropped, so they are refused."""
+
+    @app.task(name="wf.kid")
+    async def kid() -> None:
+        pass
+
+    @app.task(name="wf.picky", max_attempts=1)
+    async def picky(option: str) -> None:
+        given: dict[str, Any] = {
+            "delay": {"delay": 60},
+            "run_at": {"run_at": datetime.now(UTC) + timedelta(minutes=1)},
+            "group": {"group": "tenant-1"},
+            "after": {"after": [current_job().id]},
+        }[option]
+        await current_job().spawn(kid.options(**given))
+
+    @app.task(name="wf.queued_kid")
+    async def queued_kid() -> int:
+        return await current_job().spawn(kid.options(queue="other", priority=5))
+
+    refused = {
+        option: await picky.defer(option) for option in ("delay", "run_at", "group", "after")
+    }
+    allowed = await queued_kid.defer()
+    worker()
+    for option, job_id in refused.items():
+        with pytest.raises(asyncq.JobFailed) as failed:
+            await app.result(job_id, timeout=WAIT)
+        assert f"options({option}=) do not apply to ctx.spawn" in str(failed.value.last_error)
+    child = await app.result(allowed, timeout=WAIT)
+    assert rows(db, "SELECT queue, priority FROM asyncq_jobs WHERE id = %s", child) == [
+        ("other", 5)
+    ]
+    assert rows(db, "SELECT count(*) FROM asyncq_jobs WHERE task_name = 'wf.kid'") == [(1,)]
 
 
 async def test_cancelling_a_parent_cancels_its_unfinished_children(
