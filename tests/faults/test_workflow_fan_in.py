@@ -32,7 +32,7 @@ __all__ = ["figures"]  # fixtures
 
 WORKERS = 3
 CONCURRENCY = 16
-ROUNDS = 8
+ROUNDS = 20
 PARENTS = 8  # each round
 CHILDREN = 5  # each parent's
 SWEEP = 10.0  # asyncq.worker.settings: wakeups_interval
@@ -55,7 +55,7 @@ def test_children_ending_at_once_on_several_workers_wake_their_parent_once(
     tmp_path: Path,
     figures: Callable[[str, dict[str, Any]], None],
 ) -> None:
-    """Each round, 8 parents of 5 children each (40 children, held at one gate, spread
+    """20 rounds; each, 8 parents of 5 children each (40 children, held at one gate, spread
     over 3 workers of 16 slots); once every parent waits, the gate opens and the 40
     children end within a few milliseconds of each other."""
     dsn = workflow_database(server, "wf_fan_in")
@@ -73,12 +73,12 @@ def test_children_ending_at_once_on_several_workers_wake_their_parent_once(
                 parents += ids
 
                 def at_gate(ids: list[int] = ids) -> bool:
-                    held = db.value(
+                    held: int = db.value(
                         "SELECT count(*) FROM asyncq_jobs WHERE parent_id = ANY(%s)"
                         " AND status = 'running'",
                         ids,
                     )
-                    waiting = db.value(
+                    waiting: int = db.value(
                         "SELECT count(*) FROM asyncq_jobs WHERE id = ANY(%s)"
                         " AND status = 'waiting'",
                         ids,

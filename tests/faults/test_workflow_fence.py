@@ -27,6 +27,7 @@ from tests.faults.workflows import (
     count,
     effects,
     job,
+    sessions,
     workflow_database,
 )
 from tests.harness.app import WF_CHILD, WF_FENCED
@@ -45,27 +46,33 @@ KEY = "wf-fence"
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("lapse", ["expired", "lapsed"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_frozen_worker_writes_nothing_once_its_job_is_taken_over(
-    kind: str, server: ControlledPostgres, tmp_path: Path
+    kind: str, lapse: str, server: ControlledPostgres, tmp_path: Path
 ) -> None:
+    """``expired``: the frozen worker's lease is 600 s, made to run out with SQL; its
+    write is refused by its fence. ``lapsed``: its lease is 2 s and runs out while it is
+    stopped; continued, its self-fence stops the attempt (0.8 of a lease after its last
+    renewal) unless the write's fence refused it first: either way nothing is written."""
     why, step = KINDS[kind]
-    dsn = workflow_database(server, f"wf_fence_{kind}")
+    dsn = workflow_database(server, f"wf_fence_{kind}_{lapse}")
     workers = fault_workers(dsn, tmp_path)
     gate = tmp_path / "gate"
     try:
         with Db(dsn) as db:
-            frozen = workers.start(lease=600)
+            frozen = workers.start(lease=600 if lapse == "expired" else 2)
             [job_id] = insert_jobs(
                 db.conn, WF_FENCED, [{"kind": kind, "gate": str(gate), "key": KEY}]
             )
             wait_until(lambda: process_state(frozen.pid) == "T", 20, "the worker to stop itself")
             assert checkpoints(db, job_id) == {}
-            db.rows(
-                "UPDATE asyncq_jobs SET expires_at = now() - interval '1 second'"
-                " WHERE id = %s RETURNING id",
-                job_id,
-            )
+            if lapse == "expired":
+                db.rows(
+                    "UPDATE asyncq_jobs SET expires_at = now() - interval '1 second'"
+                    " WHERE id = %s RETURNING id",
+                    job_id,
+                )
 
             other = workers.start(lease=2)
             wait_until(lambda: count(workers.ledger, "gate", job_id), 20, "the second run")
@@ -74,11 +81,29 @@ def test_a_frozen_worker_writes_nothing_once_its_job_is_taken_over(
             assert taken["locked_by"] == other.worker_id
 
             frozen.send(signal.SIGCONT)
-            frozen.wait_log(f"job {job_id}: lease lost during attempt 1 ({why})", 10)
+            refused = f"job {job_id}: lease lost during attempt 1 ({why})"
+            stopped = f"job {job_id} ({WF_FENCED}): lease not renewed for"
+
+            def answered() -> bool:
+                return (
+                    refused in frozen.stderr()
+                    or (lapse == "lapsed" and stopped in frozen.stderr())
+                    or job(db, job_id) != taken
+                    or bool(checkpoints(db, job_id) or effects(db, job_id) or children(db, job_id))
+                )
+
+            wait_until(answered, 10, "the frozen worker's write to be answered")
+            wait_until(
+                lambda: all(state != "active" for _, state, _, _ in sessions(db, frozen.pid)),
+                10,
+                "no statement of the frozen worker's in flight",
+            )
             assert job(db, job_id) == taken
             assert checkpoints(db, job_id) == {}
             assert effects(db, job_id) == []
             assert children(db, job_id) == []
+            if lapse == "expired":
+                assert refused in frozen.stderr()
 
             if kind == "wait":
                 db.rows("SELECT asyncq_emit_event(%s, %s)", KEY, '"emitted"')
