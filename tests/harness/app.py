@@ -21,6 +21,9 @@ import asyncio
 import os
 import signal
 import time
+from typing import Any
+
+import anyio
 
 import asyncq
 from tests.harness.ledger import record
@@ -252,6 +255,147 @@ until_fixed_too = app.task(name="guarded.until_fixed_too", retry=AT_ONCE, max_at
     until_fixed.fn
 )
 
+# -- workflows: each step's side effect is a ledger line ``step:<name>``, so a step that
+# -- ran twice shows. The first claim of a job can stop its own worker (SIGSTOP) at a
+# -- known point; a later claim can wait at a gate, a file the test creates. ``step_tx``
+# -- steps insert into ``wf_effects (job_id bigint, claim bigint)``, which the test makes.
+
+
+def _claim() -> int:
+    """The claim running now (1 for a job's first run; a suspension's run adds one)."""
+    run = asyncq.current_job().workflow
+    assert run is not None
+    return run.job.claim
+
+
+def _stop_self() -> None:
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+async def _gate(path: str) -> None:
+    """Wait until the file ``path`` exists: the test opens the gate."""
+    record("gate")
+    gate = anyio.Path(path)
+    while not await gate.exists():  # noqa: ASYNC110 - a file of another process's
+        await asyncio.sleep(0.02)
+
+
+def _effect(name: str, stop: bool = False) -> dict[str, int]:
+    record(f"step:{name}")
+    if stop:
+        _stop_self()
+    return {"claim": _claim()}
+
+
+async def _book(conn: Any, stop: bool = False) -> dict[str, int]:
+    """A ``step_tx`` step: its row in ``wf_effects`` commits with its checkpoint."""
+    job = asyncq.current_job()
+    await conn.execute("INSERT INTO wf_effects (job_id, claim) VALUES (%s, %s)", (job.id, _claim()))
+    record("step:book")
+    if stop:
+        _stop_self()
+    return {"claim": _claim()}
+
+
+@app.task
+async def wf_steps(stop_in: str = "", gate: str = "") -> list[object]:
+    """Steps a, b and c. The first claim stops its worker inside step ``stop_in`` (after
+    its side effect, before its checkpoint), or waits at ``gate`` between a and b."""
+    record("start")
+    ctx = asyncq.current_job()
+    first = _claim() == 1
+    a = await ctx.step("a", _effect, "a", first and stop_in == "a")
+    if gate and first:
+        await _gate(gate)
+    b = await ctx.step("b", _effect, "b", first and stop_in == "b")
+    c = await ctx.step("c", _effect, "c", first and stop_in == "c")
+    record("end")
+    return [a, b, c]
+
+
+@app.task
+async def wf_step_tx(stop_in: bool = False, gate: str = "") -> object:
+    """One ``step_tx``: the first claim stops its worker inside it (``stop_in``: its row
+    inserted, not committed) or waits at ``gate`` before it."""
+    record("start")
+    first = _claim() == 1
+    if gate and first:
+        await _gate(gate)
+    booked = await asyncq.current_job().step_tx("book", _book, first and stop_in)
+    record("end")
+    return booked
+
+
+@app.task
+async def wf_child(n: int, gate: str = "") -> int:
+    record("start")
+    if gate:
+        await _gate(gate)
+    record("end")
+    return n
+
+
+@app.task
+async def wf_parent(
+    gates: list[str], queue: str = "", stop: bool = False, sleep: float = 0.0
+) -> list[object]:
+    """Spawns one ``wf_child`` per entry of ``gates`` (its gate, or ""), in ``queue``,
+    then gathers them. The first claim stops its worker between the spawn and the
+    gather's suspension (``stop``), or sleeps ``sleep`` seconds there first (durably)."""
+    record("start")
+    ctx = asyncq.current_job()
+    child = wf_child.options(queue=queue) if queue else wf_child
+    ids = await ctx.spawn_many(child, [{"n": n, "gate": g} for n, g in enumerate(gates)])
+    record("spawned")
+    if stop and _claim() == 1:
+        _stop_self()
+    if sleep:
+        await ctx.sleep(sleep)
+    results = await ctx.gather(ids)
+    record("end")
+    return results
+
+
+@app.task
+async def wf_sleeper(seconds: float) -> list[object]:
+    """Step a, a durable sleep, step b."""
+    record("start")
+    ctx = asyncq.current_job()
+    a = await ctx.step("a", _effect, "a")
+    await ctx.sleep(seconds)
+    b = await ctx.step("b", _effect, "b")
+    record("end")
+    return [a, b]
+
+
+@app.task
+async def wf_fenced(kind: str, gate: str, key: str = "") -> object:
+    """One write of kind ``kind`` (step, step_tx, sleep, wait, spawn). The first claim
+    stops its worker just before the write (inside the step, after its side effect, for
+    the steps); any other claim waits at ``gate`` first, then writes."""
+    record("start")
+    ctx = asyncq.current_job()
+    first = _claim() == 1
+    if not first:
+        await _gate(gate)
+    if kind == "step":
+        done: object = await ctx.step("x", _effect, "x", first)
+    elif kind == "step_tx":
+        done = await ctx.step_tx("book", _book, first)
+    else:
+        if first:
+            _stop_self()
+        if kind == "sleep":
+            await ctx.sleep(0.2)
+            done = "slept"
+        elif kind == "wait":
+            done = await ctx.wait_for_event(key, timeout=120)
+        else:
+            done = await ctx.gather(await ctx.spawn_many(wf_child, [{"n": 1}, {"n": 2}]))
+    record("end")
+    return done
+
+
 APP = "tests.harness.app:app"
 
 
@@ -272,3 +416,10 @@ SLOW_ECHO = slow_echo.name
 ECHO, UNSTORABLE = echo.name, unstorable.name
 RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
 GUARDED = [name for name in app.tasks if name.startswith("guarded.")]
+WF_STEPS, WF_STEP_TX, WF_CHILD, WF_PARENT = (
+    wf_steps.name,
+    wf_step_tx.name,
+    wf_child.name,
+    wf_parent.name,
+)
+WF_SLEEPER, WF_FENCED = wf_sleeper.name, wf_fenced.name
