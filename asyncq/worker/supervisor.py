@@ -422,6 +422,20 @@ class Worker:
             raise psycopg.OperationalError(str(exc)) from exc
         return facts, channel
 
+    def _exiting_at_once(self) -> str:
+        """The line a second signal leaves on stderr: what becomes of the jobs it runs."""
+        running, lease = self._running(), f"{self.settings.lease:g}s"
+        if running == 0:
+            return "asyncq: second signal, exiting at once (no job was running)\n"
+        if running == 1:
+            what = f"its running job goes back to the queue when its lease ({lease}) expires"
+        else:
+            what = (
+                f"its {running} running jobs go back to the queue when their lease ({lease})"
+                " expires"
+            )
+        return f"asyncq: second signal, exiting at once; {what}\n"
+
     def _install_signal_handlers(self) -> Callable[[], None] | None:
         if threading.current_thread() is not threading.main_thread():
             return None
@@ -432,7 +446,7 @@ class Worker:
             if self._signals == 1:
                 loop.call_soon_threadsafe(self.stop)
             else:
-                os.write(2, b"asyncq: second signal, exiting at once\n")
+                os.write(2, self._exiting_at_once().encode())
                 os._exit(1)
 
         previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -62,21 +62,30 @@ def test_a_job_that_outlives_the_grace_period_is_handed_back(
     assert not ledger.events("end", job_id)
 
 
-def test_a_second_sigterm_exits_at_once(db, workers: Workers, ledger: Ledger) -> None:
-    # A grace and a job that outlast the wait for the exit.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_exits_at_once_and_says_when_the_jobs_come_back(
+    db, workers: Workers, ledger: Ledger, signum: int
+) -> None:
+    # A grace and jobs that outlast the wait for the exit.
     worker = workers.start("--grace", "60", lease=300)
-    [job_id] = insert_jobs(db, SLEEP, [{"seconds": 60}])
-    wait_until(lambda: ledger.events("start", job_id), 10, "the job to start")
+    ids = insert_jobs(db, SLEEP, [{"seconds": 60}, {"seconds": 61}])
+    wait_until(lambda: all(ledger.events("start", i) for i in ids), 10, "the jobs to start")
 
-    worker.send(signal.SIGTERM)
+    worker.send(signum)
     worker.wait_log("stopping", 30)
-    worker.send(signal.SIGTERM)
+    worker.send(signum)
     assert worker.wait(30) != 0
+    [said] = [line for line in worker.stderr().splitlines() if "second signal" in line]
+    assert said == (
+        "asyncq: second signal, exiting at once; its 2 running jobs go back to the queue"
+        " when their lease (300s) expires"
+    )
 
-    # Nothing was written on the way out: the lease will bring the job back.
-    row = job_row(db, job_id)
-    assert (row["status"], row["attempts"]) == ("running", 1)
-    assert not ledger.events("end", job_id)
+    # Nothing was written on the way out: the lease will bring the jobs back.
+    for job_id in ids:
+        row = job_row(db, job_id)
+        assert (row["status"], row["attempts"]) == ("running", 1)
+        assert not ledger.events("end", job_id)
 
 
 def test_a_job_stopped_by_every_shutdown_counts_its_attempts_after_a_few(
