@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -220,10 +220,10 @@ SHOWN = 100  # of a job's steps, children and jobs it waits for, `job` reads so 
 
 @dataclass(frozen=True, slots=True)
 class JobSummary:
-    """A job as a listing shows it: ``error`` is the first line of its ``last_error``;
-    ``run_at`` is None for a waiting job that no time wakes (it waits for an event or
-    other jobs); ``waiting_for`` is what a waiting job waits for (``sleep``,
-    ``event:<key>``, ``jobs`` or ``after``), else None."""
+    """A job as a listing shows it, its fields named as in `JobDetail`: ``run_at`` is
+    None for a waiting job that no time wakes (it waits for an event or other jobs);
+    ``waiting_for`` is what a waiting job waits for (``sleep``, ``event:<key>``,
+    ``jobs`` or ``after``), else None."""
 
     id: int
     task_name: str
@@ -236,15 +236,17 @@ class JobSummary:
     created_at: datetime
     finished_at: datetime | None
     locked_by: str | None
-    error: str | None
+    last_error: str | None
     waiting_for: str | None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobSummary:
-        values = dict(zip([f.name for f in fields(cls)], row, strict=True))
-        if values["error"]:
-            values["error"] = values["error"].splitlines()[0]
-        return cls(**values)
+        return cls(*row)
+
+    @property
+    def error(self) -> str | None:
+        """The first line of ``last_error``: what a row of a listing shows."""
+        return self.last_error.splitlines()[0] if self.last_error else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +413,8 @@ class TableStats:
 
 
 def as_json(value: Any) -> str:
-    """One of the records above (or a list of them) as JSON; times in ISO 8601."""
+    """One of the records above (or a list of them) as JSON, on one line; times in ISO
+    8601."""
 
     def plain(v: Any) -> Any:
         if isinstance(v, datetime):
@@ -429,10 +432,36 @@ def as_json(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False)
 
 
+def json_lines(records: Iterable[Any]) -> Iterator[str]:
+    """A listing as JSON Lines, the shape of every listing's ``--json``: one object per
+    record, one line each (no line at all for an empty listing)."""
+    return (as_json(record) for record in records)
+
+
 def _limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTING:
         raise ValueError(f"the limit is a whole number from 1 to {MAX_LISTING}, not {limit!r}")
     return limit
+
+
+def _filters(
+    status: str | None, queue: str | None, task: str | None, before_id: int | None
+) -> dict[str, Any]:
+    """A listing's filters, checked: what `jobs` and `count_jobs` pass to the store."""
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
+    if before_id is not None:
+        if status not in PAGED:
+            raise ValueError(
+                f"before_id pages on through jobs newest first, not through {status} ones"
+            )
+        [before_id] = job_ids([before_id])
+    return {
+        "status": status,
+        "queue": None if queue is None else validate_name("queue", queue),
+        "task": None if task is None else validate_name("task", task),
+        "before_id": before_id,
+    }
 
 
 async def jobs(
@@ -449,23 +478,40 @@ async def jobs(
     (running); narrowed by status, queue and task name. ``before_id`` pages on: the jobs
     listed after that one, for the newest-first listings (every state, or an ended one).
     """
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
-    if before_id is not None:
-        if status not in PAGED:
-            raise ValueError(
-                f"before_id pages on through jobs newest first, not through {status} ones"
-            )
-        [before_id] = job_ids([before_id])
-    rows = await store.list_jobs(
-        conn,
-        status=status,
-        queue=None if queue is None else validate_name("queue", queue),
-        task=None if task is None else validate_name("task", task),
-        limit=_limit(limit),
-        before_id=before_id,
-    )
+    filters = _filters(status, queue, task, before_id)
+    rows = await store.list_jobs(conn, **filters, limit=_limit(limit))
     return [JobSummary.from_row(row) for row in rows]
+
+
+COUNTED = 1_000  # a listing cut short counts its rows this far: "20 of 1,000+ shown"
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """How many records a listing holds: ``n``, exactly; or, with ``more``, more than
+    ``n`` (counting stopped there)."""
+
+    n: int
+    more: bool = False
+
+
+async def count_jobs(
+    conn: Conn,
+    store: Store,
+    *,
+    status: str | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    before_id: int | None = None,
+    at_most: int = COUNTED,
+) -> Count:
+    """How many jobs `jobs` would list with these filters and no limit, counted through
+    the listing's own index up to ``at_most``: reading at most ``at_most + 1`` rows
+    whatever the table holds, it costs what listing that many would."""
+    filters = _filters(status, queue, task, before_id)
+    at_most = _limit(at_most)
+    n = await store.count_jobs(conn, **filters, at_most=at_most + 1)
+    return Count(at_most, more=True) if n > at_most else Count(n)
 
 
 async def job(conn: Conn, store: Store, job_id: int) -> JobDetail | None:

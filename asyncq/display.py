@@ -10,7 +10,9 @@ MAX_CELL = 60
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Columns padded to their widest cell; numbers to the right; long cells cut short."""
+    """Columns padded to their widest cell; numbers to the right; long cells cut short.
+    Headers are lower case, in every table the command prints."""
+    headers = [h.lower() for h in headers]
     cells = [[cell(v) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
@@ -27,6 +29,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
         ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
+
+
+def shown(shown: int, total: int, *, more: bool = False) -> str:
+    """What a listing cut short says of itself: ``20 of 57 shown``, or with ``more``
+    (``total`` is where counting stopped) ``20 of 1,000+ shown``."""
+    return f"{shown:,} of {total:,}{'+' if more else ''} shown"
 
 
 def cell(value: object) -> str:

@@ -209,6 +209,18 @@ def _translating(
     return translated
 
 
+# The listing of each state (the list_* and count_* blocks): None lists every job.
+_LISTINGS = {
+    None: "all",
+    "queued": "queued",
+    "running": "running",
+    "waiting": "waiting",
+    "done": "done",
+    "failed": "ended",
+    "cancelled": "ended",
+}
+
+
 def _load_queries() -> dict[str, str]:
     text = resources.files("asyncq").joinpath("sql/queries.sql").read_text("utf-8")
     queries: dict[str, str] = {}
@@ -694,15 +706,6 @@ class Store:
         limit: int,
         before_id: int | None = None,
     ) -> list[tuple[Any, ...]]:
-        query = {
-            None: "list_all",
-            "queued": "list_queued",
-            "running": "list_running",
-            "waiting": "list_waiting",
-            "done": "list_done",
-            "failed": "list_ended",
-            "cancelled": "list_ended",
-        }[status]
         params = {
             "status": status,
             "queue": queue,
@@ -710,7 +713,33 @@ class Store:
             "limit": limit,
             "before_id": before_id,
         }
-        return await (await conn.execute(self.q[query], params)).fetchall()
+        query = self.q[f"list_{_LISTINGS[status]}"]
+        return await (await conn.execute(query, params)).fetchall()
+
+    @_translating
+    async def count_jobs(
+        self,
+        conn: Conn,
+        *,
+        status: str | None,
+        queue: str | None,
+        task: str | None,
+        at_most: int,
+        before_id: int | None = None,
+    ) -> int:
+        """How many jobs `list_jobs` would give without its limit, counted up to
+        ``at_most``."""
+        params = {
+            "status": status,
+            "queue": queue,
+            "task": task,
+            "at_most": at_most,
+            "before_id": before_id,
+        }
+        query = self.q[f"count_{_LISTINGS[status]}"]
+        row = await (await conn.execute(query, params)).fetchone()
+        assert row is not None
+        return int(row[0])
 
     @_translating
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:

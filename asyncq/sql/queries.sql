@@ -569,6 +569,73 @@ SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
  ORDER BY id DESC
  LIMIT %(limit)s
 
+-- How many jobs a listing cut short holds ("20 of 57 shown"): its own rows, through its
+-- own index, but counted no further than %(at_most)s, so that a count reads at most that
+-- many rows however many the table holds. The caller asks for one more than it will
+-- name, to know that there are more.
+
+-- name: count_queued
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE status = 'queued'
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
+-- name: count_running
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE expires_at IS NOT NULL AND status = 'running'
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
+-- name: count_waiting
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE status = 'waiting'
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
+-- name: count_done
+WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE status = 'done'
+       AND (%(before_id)s::bigint IS NULL
+            OR (finished_at <= (SELECT finished_at FROM after)
+                AND (finished_at, id) < (SELECT finished_at, id FROM after)))
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
+-- name: count_ended
+WITH after AS (SELECT finished_at, id FROM asyncq_jobs WHERE id = %(before_id)s)
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE status IN ('failed', 'cancelled') AND status = %(status)s::asyncq_job_status
+       AND (%(before_id)s::bigint IS NULL
+            OR (finished_at <= (SELECT finished_at FROM after)
+                AND (finished_at, id) < (SELECT finished_at, id FROM after)))
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
+-- name: count_all
+SELECT count(*) FROM (
+    SELECT FROM asyncq_jobs
+     WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task_name = %(task)s)
+     LIMIT %(at_most)s
+) AS listed
+
 -- name: job_detail
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, claims,
        handbacks, nullif(run_at, 'infinity'), created_at, locked_by, locked_at, expires_at,

@@ -1,6 +1,6 @@
 """The listings of the asyncq command and the dashboard read each state through its own
 index: at 1,000,000 rows, none scans the table, and each reads about as many rows as it
-shows."""
+shows; the count of a listing cut short reads the same index, and stops at its cap."""
 
 from __future__ import annotations
 
@@ -87,6 +87,31 @@ async def test_each_listing_reads_its_states_index_and_the_overview_no_done_row(
                 conn, app.store, status=status, limit=10, before_id=first[-1].id
             )
             assert first + second == whole
+
+    for status, query, index in LISTINGS:
+        counting = query.replace("list_", "count_")
+        for queue, task in ((None, None), ("mail", None), (None, "b.task")):
+            params = {
+                "status": status,
+                "queue": queue,
+                "task": task,
+                "at_most": admin.COUNTED + 1,
+                "before_id": None if status in ("queued", "running", "waiting") else ROWS // 2,
+            }
+            found = await plan(app, counting, params)
+            assert "Seq Scan" not in found, (status, queue, task, found)
+            assert index in found, (status, queue, task, found)
+    async with app.pool.connection() as conn:
+        counts = {
+            status: await admin.count_jobs(conn, app.store, status=status)
+            for status in (None, "queued", "failed", "done")
+        }
+        paged = await admin.count_jobs(conn, app.store, status="failed", before_id=ROWS // 2)
+    # 1,000 queued jobs are counted exactly, more than 1,000 stop the count there.
+    assert counts["queued"] == admin.Count(1000)
+    assert counts["failed"] == admin.Count(ROWS // 10_000)
+    assert counts[None] == counts["done"] == admin.Count(admin.COUNTED, more=True)
+    assert paged == admin.Count(ROWS // 10_000 // 2)  # the failed jobs older than that one
 
     for query in ("queue_overview", "state_counts"):
         found = await plan(app, query, {})
