@@ -53,10 +53,15 @@ def load_app(path: str) -> App:
     return obj
 
 
-GLOBAL_DEFAULTS = {"log_level": "INFO", "log_format": "text"}
+GLOBAL_DEFAULTS: dict[str, str | None] = {"log_level": None, "log_format": "text"}
+# The commands that log at INFO unless told otherwise: which database they use, what they
+# do. The others print what they found or did; their log shows only what went wrong.
+LOGGING_COMMANDS = ("worker", "migrate", "dashboard")
 
 
-def _add_global_options(parser: argparse.ArgumentParser, *, defaults: dict[str, str]) -> None:
+def _add_global_options(
+    parser: argparse.ArgumentParser, *, defaults: dict[str, str | None]
+) -> None:
     """The options every command takes, before the command or after it. A command's own
     parser is given no defaults: what it does not see keeps the value given before it."""
     parser.add_argument("--version", action="version", version=f"asyncq {asyncq.__version__}")
@@ -64,7 +69,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: dict[str, 
         "--log-level",
         default=defaults.get("log_level", argparse.SUPPRESS),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (default: INFO)",
+        help="log level (default: INFO for worker, migrate and dashboard; WARNING for the"
+        " others, so that their output is what they print)",
     )
     parser.add_argument(
         "--log-format",
@@ -90,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncq",
         description="asyncq: an asyncio task queue on PostgreSQL.",
-        epilog="The database is the App's DSN, else $ASYNCQ_DSN, else the embedded PostgreSQL.",
+        epilog="The database is the App's DSN, else $ASYNCQ_DSN, else the embedded PostgreSQL."
+        " MODULE:APP and job ids come in either order (asyncq job 42 shop.jobs:app).",
     )
     _add_global_options(parser, defaults=GLOBAL_DEFAULTS)
     commands = _Commands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
@@ -120,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         " Done, running and queued jobs are refused.",
     )
     requeue.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    requeue.add_argument("ids", nargs="*", type=int, metavar="ID", help="job ids to requeue")
+    requeue.add_argument("ids", nargs="*", type=_id_or_app, metavar="ID", help="job ids to requeue")
     requeue.add_argument(
         "-q",
         "--queue",
@@ -147,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         " marked * is in the database but not declared by this App.",
     )
     schedules.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    schedules.add_argument("--json", action="store_true", help="print a JSON array")
+    schedules.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
     cancel = commands.add_parser(
         "cancel",
@@ -157,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         " happened to each (cancelled, aborting, or why not); exits 1 if an id is unknown.",
     )
     cancel.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    cancel.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids to cancel")
+    cancel.add_argument("ids", nargs="+", type=_id_or_app, metavar="ID", help="job ids to cancel")
     cancel.add_argument("--json", action="store_true", help="print one JSON object")
 
     retry = commands.add_parser(
@@ -169,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         " job that has not ended, or a step it does not have.",
     )
     retry.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    retry.add_argument("id", type=int, metavar="ID", help="the job's id")
+    retry.add_argument("id", type=_id_or_app, metavar="ID", help="the job's id")
     retry.add_argument(
         "--from-step",
         metavar="NAME",
@@ -215,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         " children, the jobs it runs after, and what it waits for.",
     )
     job.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
-    job.add_argument("id", type=int, metavar="ID", help="the job's id")
+    job.add_argument("id", type=_id_or_app, metavar="ID", help="the job's id")
     job.add_argument("--json", action="store_true", help="print one JSON object")
 
     queues = commands.add_parser(
@@ -296,6 +303,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_JOB_ID = re.compile(r"[0-9]+")
+
+
+def _id_or_app(text: str) -> int | str:
+    """A job id; or MODULE:APP, given after the ids (`parse_args` puts it first)."""
+    if _JOB_ID.fullmatch(text):
+        return int(text)
+    if ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a job id")
+
+
+def _app_first(args: argparse.Namespace) -> str | None:
+    """MODULE:APP and the job ids in either order (``asyncq job 42 shop.jobs:app``):
+    sorted out in place; the error to report, if there are two Apps."""
+    many = isinstance(getattr(args, "ids", None), list)
+    if not many and not hasattr(args, "id"):
+        return None
+    given: list[int | str] = [args.app, *(args.ids if many else [args.id])]
+    apps = [i for i, p in enumerate(given) if isinstance(p, str) and not _JOB_ID.fullmatch(p)]
+    if len(apps) != 1:  # none: load_app says what it expected
+        return (
+            None
+            if not apps
+            else f"expected one MODULE:APP, got {given[apps[0]]} and {given[apps[1]]}"
+        )
+    args.app = given.pop(apps[0])
+    ids = [int(i) for i in given]
+    if many:
+        args.ids = ids
+    else:
+        [args.id] = ids
+    return None
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, as the command runs it: MODULE:APP first, the log level
+    resolved for the command; exits 2 with a usage line when it is wrong."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "requeue" and all(_JOB_ID.fullmatch(x) for x in extra):
+        args.ids += [int(x) for x in extra]  # ids after an option: `requeue APP --queue q 5`
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    wrong = _app_first(args)
+    if wrong is not None:
+        parser.error(wrong)
+    if args.log_level is None:
+        args.log_level = "INFO" if args.command in LOGGING_COMMANDS else "WARNING"
+    return args
+
+
 def _duration(text: str) -> timedelta:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*", text)
     if not match:
@@ -346,52 +405,56 @@ async def _requeue(app: App, args: argparse.Namespace) -> None:
         raise _Refused()
 
 
+def _print_listing(
+    args: argparse.Namespace,
+    records: Sequence[Any],
+    headers: Sequence[str],
+    row: Callable[[Any], Sequence[object]],
+    *,
+    empty: str,
+    notes: Sequence[str] = (),
+) -> None:
+    """A listing as every command prints one: with ``--json``, JSON Lines (one object per
+    record, `admin.json_lines`); else a table of ``row(record)`` for each record, then
+    the ``notes`` (or ``empty`` when there are no records)."""
+    if args.json:
+        for line in admin.json_lines(records):
+            print(line)
+        return
+    if not records:
+        print(empty)
+        return
+    print(display.table(headers, [row(record) for record in records]))
+    for note in notes:
+        print(note)
+
+
 async def _schedules(app: App, args: argparse.Namespace) -> None:
     async with app:
         found = await app.list_schedules()
-    if args.json:
-        print(json.dumps([_schedule_json(info) for info in found], indent=2))
-        return
-    print(_schedules_table(found))
+    headers = ["name", "cron", "tz", "task", "next slot", "last slot", "last job"]
+    notes = (
+        [] if all(s.declared for s in found) else ["* in the database, not declared by this App"]
+    )
+    _print_listing(args, found, headers, _schedule_row, empty="no schedules", notes=notes)
 
 
-def _schedule_json(info: ScheduleInfo) -> dict[str, Any]:
-    return {
-        name: value.isoformat() if isinstance(value, datetime) else value
-        for name, value in dataclasses.asdict(info).items()
-    }
+def _schedule_row(info: ScheduleInfo) -> list[str]:
+    return [
+        info.name + ("" if info.declared else " *"),
+        info.cron,
+        info.tz,
+        info.task_name,
+        _when(info.next_slot),
+        _when(info.last_slot),
+        "-"
+        if info.last_job_id is None
+        else f"{info.last_job_id} {info.last_job_status or 'pruned'}",
+    ]
 
 
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _schedules_table(found: Sequence[ScheduleInfo]) -> str:
-    if not found:
-        return "no schedules"
-    header = ("NAME", "CRON", "TZ", "TASK", "NEXT SLOT", "LAST SLOT", "LAST JOB")
-    rows = [
-        (
-            info.name + ("" if info.declared else " *"),
-            info.cron,
-            info.tz,
-            info.task_name,
-            _when(info.next_slot),
-            _when(info.last_slot),
-            "-"
-            if info.last_job_id is None
-            else f"{info.last_job_id} {info.last_job_status or 'pruned'}",
-        )
-        for info in found
-    ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    ]
-    if not all(info.declared for info in found):
-        lines.append("* in the database, but not declared by this App")
-    return "\n".join(lines)
 
 
 async def _cancel(app: App, args: argparse.Namespace) -> None:
@@ -435,26 +498,34 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
 
 
 async def _jobs(app: App, args: argparse.Namespace) -> None:
+    filters = {"status": args.status, "queue": args.queue, "task": args.task}
+    count = None
     async with app, pools.connection(app.pool) as conn:
         found = await admin.jobs(
-            conn,
-            app.store,
-            status=args.status,
-            queue=args.queue,
-            task=args.task,
-            limit=args.limit,
-            before_id=args.before,
+            conn, app.store, **filters, limit=args.limit, before_id=args.before
         )
-    if args.json:
-        for summary in found:
-            print(admin.as_json(summary))
-        return
+        if len(found) == args.limit and not args.json:  # a full page: are there more?
+            count = await admin.count_jobs(
+                conn,
+                app.store,
+                **filters,
+                before_id=args.before,
+                at_most=max(admin.COUNTED, args.limit),
+            )
+    notes = []
+    if count is not None and (count.more or count.n > len(found)):
+        shown = display.shown(len(found), count.n, more=count.more)
+        if args.status in admin.PAGED:
+            notes.append(f"{shown}; the next page: --before {found[-1].id}")
+        else:
+            notes.append(f"{shown}; more with --limit N")
     # Waiting jobs have not finished: what they wait for instead.
     waiting = args.status == "waiting"
     headers = ["id", "task", "queue", "status", "attempts", "run_at"]
     headers += ["waiting_for" if waiting else "finished", "error"]
-    rows = [
-        [
+
+    def row(j: admin.JobSummary) -> list[object]:
+        return [
             j.id,
             j.task_name,
             j.queue,
@@ -464,9 +535,8 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
             j.waiting_for if waiting else j.finished_at,
             j.error,
         ]
-        for j in found
-    ]
-    print(display.table(headers, rows) if rows else "no jobs")
+
+    _print_listing(args, found, headers, row, empty="no jobs", notes=notes)
 
 
 async def _job(app: App, args: argparse.Namespace) -> None:
@@ -518,7 +588,7 @@ def _workflow_lines(job: admin.JobDetail) -> list[str]:
             f" (on_parent_failure: {job.after.on_parent_failure})"
         )
     if job.steps_total:
-        lines.append(f"{'steps':>18}  {job.steps_total}{_shown(len(job.steps), job.steps_total)}")
+        lines.append(f"{'steps':>18}  {job.steps_total}{_cut(len(job.steps), job.steps_total)}")
         rows = [
             [
                 s.name,
@@ -539,7 +609,7 @@ def _workflow_lines(job: admin.JobDetail) -> list[str]:
         states = ", ".join(f"{n} {state}" for state, n in sorted(children.by_status.items()))
         lines.append(
             f"{'children':>18}  {children.total} ({states})"
-            + _shown(len(children.jobs), children.total)
+            + _cut(len(children.jobs), children.total)
         )
         rows = [[c.id, c.task, c.status] for c in children.jobs]
         table = display.table(["id", "task", "status"], rows)
@@ -547,8 +617,8 @@ def _workflow_lines(job: admin.JobDetail) -> list[str]:
     return lines
 
 
-def _shown(shown: int, total: int) -> str:
-    return "" if shown >= total else f", {shown} of {total} shown"
+def _cut(shown: int, total: int) -> str:
+    return "" if shown >= total else f", {display.shown(shown, total)}"
 
 
 def _waiting_text(waiting: admin.WaitingFor) -> str:
@@ -569,10 +639,6 @@ def _waiting_text(waiting: admin.WaitingFor) -> str:
 async def _queues(app: App, args: argparse.Namespace) -> None:
     async with app, pools.connection(app.pool) as conn:
         found = await admin.queues(conn, app.store)
-    if args.json:
-        for queue in found:
-            print(admin.as_json(queue))
-        return
     headers = [
         "queue",
         "ready",
@@ -584,8 +650,9 @@ async def _queues(app: App, args: argparse.Namespace) -> None:
         "done (1h)",
         "paused",
     ]
-    rows = [
-        [
+
+    def row(q: admin.QueueOverview) -> list[object]:
+        return [
             q.name,
             q.ready,
             q.scheduled,
@@ -596,9 +663,8 @@ async def _queues(app: App, args: argparse.Namespace) -> None:
             q.done_last_hour,
             q.paused,
         ]
-        for q in found
-    ]
-    print(display.table(headers, rows) if rows else "no queues")
+
+    _print_listing(args, found, headers, row, empty="no queues")
 
 
 async def _stats(app: App, args: argparse.Namespace) -> None:
@@ -721,12 +787,7 @@ def _run(command: Callable[[], Awaitable[None]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command == "requeue" and all(x.isdigit() for x in extra):
-        args.ids += [int(x) for x in extra]  # ids after an option: `requeue APP --queue q 5`
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
@@ -771,6 +832,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except _Refused:
         return 1
+    except BrokenPipeError:
+        # The reader went away (`asyncq jobs --json | head -1`): end quietly, as a Unix
+        # tool killed by SIGPIPE would, without a traceback or a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except KeyboardInterrupt:
         return 130
     return 0

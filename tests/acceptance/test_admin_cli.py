@@ -1,10 +1,13 @@
 """The asyncq command's views and upkeep: jobs, job, queues, stats (with the vacuum
 warning, made real by a long-open transaction while jobs churn) and prune, each as a
-table and as JSON; bad arguments give one-line errors."""
+table and as JSON; a listing cut short says how many it holds; the fields of `jobs` and
+`job` are named alike; bad arguments give one-line errors; no log line unless asked."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -15,7 +18,7 @@ import psycopg
 from tests.harness.app import APP, FAIL, NOOP
 from tests.harness.jobs import insert_jobs
 from tests.harness.ledger import Ledger
-from tests.harness.processes import Workers
+from tests.harness.processes import REPO, Workers
 from tests.harness.waiting import wait_until
 
 SERVER_AUTOVACUUM_OFF = "autovacuum is off on this server"
@@ -200,3 +203,98 @@ def test_prune_deletes_old_done_jobs_in_batches_and_keeps_the_rest(db, workers: 
     assert [r[0] for r in left] == ["kept", "recent"]
     again = workers.cli("prune", APP, "--older-than", "30m")
     assert again.stdout.strip() == "pruned 1 done jobs that finished more than 30m 0s ago"
+
+
+def test_a_listing_cut_short_says_how_many_jobs_it_holds(db, workers: Workers) -> None:
+    insert_jobs(
+        db, FAIL, [{"n": n} for n in range(5)], status="failed", finished_at=datetime.now(UTC)
+    )
+    insert_jobs(db, NOOP, [{"n": n} for n in range(3)])
+
+    cut = workers.cli("jobs", APP, "--status", "failed", "-n", "3")
+    assert cut.returncode == 0, cut.stderr
+    lines = cut.stdout.splitlines()
+    assert len(lines) == 1 + 3 + 1, cut.stdout
+    third = int(lines[3].split()[0])
+    assert lines[-1] == f"3 of 5 shown; the next page: --before {third}"
+    rest = workers.cli("jobs", APP, "--status", "failed", "-n", "3", "--before", str(third))
+    assert len(rest.stdout.splitlines()) == 1 + 2  # the last page: nothing more to say
+    whole = workers.cli("jobs", APP, "--status", "failed", "-n", "5")
+    assert len(whole.stdout.splitlines()) == 1 + 5  # exactly a page: not cut
+    as_json = workers.cli("jobs", APP, "--status", "failed", "-n", "3", "--json")
+    assert [json.loads(line)["status"] for line in as_json.stdout.splitlines()] == ["failed"] * 3
+
+    backlog = workers.cli("jobs", APP, "--status", "queued", "-n", "2")
+    assert backlog.stdout.splitlines()[-1] == "2 of 3 shown; more with --limit N"
+
+    # Beyond a thousand, counting stops: the count costs what listing a thousand would.
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+        " SELECT 'old', 'done', now() FROM generate_series(1, 1200)"
+    )
+    many = workers.cli("jobs", APP, "-n", "2")
+    newest = int(many.stdout.splitlines()[2].split()[0])
+    assert many.stdout.splitlines()[-1] == f"2 of 1,000+ shown; the next page: --before {newest}"
+
+
+def test_jobs_and_job_name_their_fields_alike_and_take_the_id_first_too(
+    db, workers: Workers
+) -> None:
+    [failed] = insert_jobs(
+        db,
+        FAIL,
+        [{"tag": 1}],
+        status="failed",
+        attempts=3,
+        finished_at=datetime.now(UTC),
+        last_error="RuntimeError: no\nTraceback (most recent call last):\n  ...",
+    )
+    [listed] = map(json.loads, workers.cli("jobs", APP, "--json").stdout.splitlines())
+    detail = json.loads(workers.cli("job", APP, str(failed), "--json").stdout)
+    assert {name: detail[name] for name in listed if name in detail} == listed
+    assert listed["last_error"].startswith("RuntimeError: no\nTraceback")
+    table = workers.cli("jobs", APP).stdout  # the table shows the error's first line
+    assert table.splitlines()[1].endswith("RuntimeError: no")
+
+    id_first = workers.cli("job", str(failed), APP, "--json")
+    assert id_first.returncode == 0, id_first.stderr
+    assert json.loads(id_first.stdout) == detail
+
+
+def test_the_commands_that_print_what_they_found_log_nothing_unless_asked(
+    db, workers: Workers
+) -> None:
+    insert_jobs(db, NOOP, [{"n": 1}])
+    for command in ("jobs", "queues", "schedules", "stats"):
+        quiet = workers.cli(command, APP)
+        assert quiet.returncode == 0, quiet.stderr
+        assert "using PostgreSQL" not in quiet.stderr, (command, quiet.stderr)
+        assert " INFO " not in quiet.stderr, (command, quiet.stderr)
+    asked = workers.cli("jobs", APP, "--log-level", "INFO")
+    assert "INFO    asyncq.app: using PostgreSQL at" in asked.stderr, asked.stderr
+    migrated = workers.cli("migrate", APP)  # a command that changes things says what it uses
+    assert "using PostgreSQL at" in migrated.stderr, migrated.stderr
+
+
+def test_a_listing_read_by_a_reader_that_stops_early_ends_without_a_traceback(
+    db, workers: Workers
+) -> None:
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, status, finished_at)"
+        " SELECT 'old', 'done', now() FROM generate_series(1, 2000)"
+    )
+    # `asyncq jobs --json -n 2000 | head -1`: far more than a pipe holds.
+    with subprocess.Popen(
+        [sys.executable, "-m", "asyncq", "jobs", APP, "--json", "-n", "2000"],
+        env=workers.env(),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as listing:
+        assert listing.stdout is not None and listing.stderr is not None
+        assert json.loads(listing.stdout.readline())["task_name"] == "old"
+        listing.stdout.close()
+        stderr = listing.stderr.read().decode()
+        assert listing.wait(30) == 141, stderr  # as a shell reports a tool that SIGPIPE ended
+    assert stderr == ""

@@ -75,7 +75,7 @@ def test_schedules_command_lists_the_schedules(workers: Workers, db: Any) -> Non
     )
     listed = workers.cli("schedules", APP, "--json")
     assert listed.returncode == 0, listed.stderr
-    found = {s["name"]: s for s in json.loads(listed.stdout)}
+    found = {s["name"]: s for s in map(json.loads, listed.stdout.splitlines())}
     assert len(found) == SCHEDULES
     first = found["every-minute-00"]
     assert first == {
@@ -97,8 +97,8 @@ def test_schedules_command_lists_the_schedules(workers: Workers, db: Any) -> Non
     table = workers.cli("schedules", APP)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].startswith("NAME ")
-    assert "NEXT SLOT" in lines[0] and lines[0].endswith("LAST JOB")
+    assert lines[0].startswith("name ")
+    assert "next slot" in lines[0] and lines[0].endswith("last job")
     assert len(lines) == 1 + SCHEDULES
     assert lines[1].startswith("every-minute-00  * * * * *  UTC  periodic.tick")
     assert lines[1].endswith("42 pruned")

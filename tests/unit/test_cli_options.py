@@ -1,6 +1,7 @@
 """The global options (``--log-level``, ``--log-format``) before the command, as
 ``asyncq --log-format json worker MODULE:APP``, and after it, as the contract writes
-``asyncq worker MODULE:APP --log-format json``: for every command."""
+``asyncq worker MODULE:APP --log-format json``: for every command. The log level each
+command has unless asked, and MODULE:APP and job ids in either order."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 
 import pytest
 
-from asyncq.cli import build_parser
+from asyncq.cli import build_parser, parse_args
 
 # The least each command takes.
 COMMANDS = {
@@ -30,9 +31,7 @@ COMMANDS = {
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    args, extra = build_parser().parse_known_args(argv)
-    assert not extra
-    return args
+    return parse_args(argv)
 
 
 def test_every_command_is_listed_here() -> None:
@@ -56,7 +55,7 @@ def test_global_options_before_the_command_still_hold(command: str) -> None:
     before = parse("--log-format", "json", "--log-level", "ERROR", command, *rest)
     assert (before.log_format, before.log_level) == ("json", "ERROR")
     plain = parse(command, *rest)
-    assert (plain.log_format, plain.log_level) == ("text", "INFO")
+    assert plain.log_format == "text"
     # Given in both places, the one after the command wins.
     both = parse("--log-level", "ERROR", command, *rest, "--log-level", "DEBUG")
     assert both.log_level == "DEBUG"
@@ -67,3 +66,59 @@ def test_a_bad_value_after_the_command_is_refused(capsys: pytest.CaptureFixture[
         parse("worker", "m:app", "--log-format", "yaml")
     assert exited.value.code == 2
     assert "invalid choice: 'yaml'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_only_the_commands_that_run_or_change_the_schema_log_at_info_unless_asked(
+    command: str,
+) -> None:
+    """A command that prints what it found (``asyncq jobs``) logs only warnings: no line
+    about the database it uses before its table, unless asked with --log-level."""
+    rest = COMMANDS[command]
+    assert parse(command, *rest).log_level == (
+        "INFO" if command in ("worker", "migrate", "dashboard") else "WARNING"
+    )
+    assert parse(command, *rest, "--log-level", "INFO").log_level == "INFO"
+    assert parse("--log-level", "INFO", command, *rest).log_level == "INFO"
+
+
+@pytest.mark.parametrize(
+    ("argv", "app", "ids"),
+    [
+        (["job", "m:app", "42"], "m:app", 42),
+        (["job", "42", "m:app"], "m:app", 42),
+        (["job", "42", "m:app", "--json"], "m:app", 42),
+        (["retry", "7", "m:app", "--from-step", "pack"], "m:app", 7),
+        (["cancel", "3", "1", "2", "m:app"], "m:app", [3, 1, 2]),
+        (["cancel", "3", "m:app", "4"], "m:app", [3, 4]),
+        (["requeue", "5", "m:app"], "m:app", [5]),
+        (["requeue", "m:app", "--queue", "q", "5"], "m:app", [5]),
+    ],
+)
+def test_the_app_and_the_job_ids_in_either_order(
+    argv: list[str], app: str, ids: int | list[int]
+) -> None:
+    args = parse(*argv)
+    assert args.app == app
+    assert (args.ids if isinstance(ids, list) else args.id) == ids
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["job", "m:app", "x"], "argument ID: 'x' is not a job id"),
+        (["cancel", "m:app", "1", "n:app"], "expected one MODULE:APP, got m:app and n:app"),
+    ],
+)
+def test_a_word_for_a_job_id_or_two_apps_are_refused(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse(*argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_without_an_app_the_first_id_is_left_for_the_app_path_to_refuse() -> None:
+    args = parse("job", "42", "43")
+    assert (args.app, args.id) == ("42", 43)  # load_app: "expected MODULE:APP, got '42'"
