@@ -372,9 +372,11 @@ class LogObserver(Observer):
             )
         elif kind is Kind.GIVE_BACK:
             logger.warning(
-                "job %d: unknown task %r on this worker: given back for a worker that knows"
-                " it (the attempt does not count); this worker claims no more of its jobs",
+                "job %d (%s) given back: unknown task %r on this worker, left for a worker"
+                " that knows it (the attempt does not count); this worker claims no more"
+                " of its jobs",
                 job.id,
+                job.task_name,
                 job.task_name,
                 extra={"action": "job_given_back", **extra},
             )
