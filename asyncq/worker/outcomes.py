@@ -161,10 +161,12 @@ def _failed(
 def describe_error(exc: BaseException) -> str:
     """``Type: message`` and a trimmed traceback, without frame locals."""
     head = "".join(traceback.format_exception_only(exc)).strip()
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next  # asyncq's own frames say nothing about the job
-    frames = traceback.format_tb(tb or exc.__traceback__, limit=-MAX_TRACEBACK_FRAMES)
+    # asyncq's own frames (the runner, a step's call) say nothing about the job.
+    summary = traceback.extract_tb(exc.__traceback__)
+    own = traceback.StackSummary.from_list(
+        [f for f in summary if not f.filename.startswith(_PACKAGE_DIR)] or summary
+    )
+    frames = own.format()[-MAX_TRACEBACK_FRAMES:]
     text = head + ("\n\nTraceback (most recent call last):\n" + "".join(frames) if frames else "")
     # PostgreSQL text holds neither NUL nor unpaired surrogates: escape them, or the
     # outcome could never be written.
