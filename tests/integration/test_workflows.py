@@ -559,3 +559,22 @@ async def test_waiting_jobs_are_never_claimed(app: asyncq.App, db: Any) -> None:
         )
     assert [j.id for j in claimed] == [first]
     assert rows(db, "SELECT count(*) FROM asyncq_jobs WHERE status = 'waiting'") == [(1,)]
+
+
+async def test_a_failed_steps_traceback_holds_the_tasks_frames_not_asyncqs(
+    app: asyncq.App, db: Any, worker: Any
+) -> None:
+    def explode() -> None:
+        raise ValueError("the step's own error")
+
+    @app.task(name="wf.explodes", max_attempts=1)
+    async def explodes() -> None:
+        await current_job().step("boom", explode)
+
+    job_id = await explodes.defer()
+    worker()
+    with pytest.raises(asyncq.JobFailed) as failed:
+        await app.result(job_id, timeout=WAIT)
+    error = str(failed.value.last_error)
+    assert "in explode" in error and "in explodes" in error
+    assert "asyncq/workflow.py" not in error and "asyncq/job.py" not in error
