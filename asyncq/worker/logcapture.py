@@ -1,20 +1,21 @@
 """What tasks log while their attempts run, kept with each attempt (``--log-capture``).
 
-The worker adds one handler to the root logger while it runs. It only copies: what the
-other handlers print is left as it was, and asyncq sets no logger's level. So it sees a
-record only if the application's logging lets it reach the root logger: a record below
-its logger's level (below WARNING, where nothing configures logging) is neither printed
-nor kept, and neither is one of a logger that does not propagate. When the root logger
-has no handler but this one, the records Python would have printed to stderr for want of
-a handler (``logging.lastResort``) are still printed.
+The worker wraps the logging module's record factory while it runs (`LogCapture.install`),
+not its handlers: every record is made by the factory the application had, and goes to its
+handlers as before; a handler added to the root logger would have changed what they print
+(``logging.basicConfig`` does nothing once the root logger has a handler, and Python's
+last resort prints nothing then either). asyncq sets no logger's level: a record that the
+loggers' levels drop (below WARNING, where nothing configures logging) is not made, so not
+kept either; one that is made is kept whether a handler prints it or not.
 
-A record is kept when it is at the capture level or above, and emitted in the context of
-an attempt this worker runs (the task's own code, in its event loop task or in the
-thread of a plain ``def`` task): the handler finds the attempt in `asyncq.job`'s context
-variable. Per attempt, at most `MAX_RECORDS` records and `MAX_BYTES` of their text: the
-first `FIRST` records, then the latest that fit, with a count of those dropped between
-them; each message at most `MAX_MESSAGE` characters. The runner takes an attempt's records
-when it ends (`take`): an attempt that logs nothing costs nothing.
+A record is kept when it is at the capture level or above, and made in the context of an
+attempt this worker runs (the task's own code, in its event loop task or in the thread of
+a plain ``def`` task): the factory finds the attempt in `asyncq.job`'s context variable.
+Per attempt, at most `MAX_RECORDS` records and `MAX_BYTES` of their text: the first `FIRST`
+records (within half of those bytes), then the latest that fit, with a count of those
+dropped between them; each message (and traceback) at most `MAX_MESSAGE` characters. The
+runner takes an attempt's records when it ends (`take`): an attempt that logs nothing costs
+nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ MAX_RECORDS = 50
 MAX_BYTES = 16 * 1024
 FIRST = 10
 MAX_MESSAGE = 2000
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 Key = tuple[int, int]  # a job's id and the claim its attempt holds it by
 
@@ -63,8 +63,12 @@ class AttemptLog:
         self.dropped = 0
 
     def add(self, entry: dict[str, Any]) -> None:
-        size = sum(len(v) for v in entry.values() if isinstance(v, str))
-        if len(self.first) < FIRST and self.size + size <= MAX_BYTES:
+        size = sum(
+            len(v) if v.isascii() else len(v.encode("utf-8"))
+            for v in entry.values()
+            if isinstance(v, str)
+        )
+        if not self.last and len(self.first) < FIRST and self.size + size <= MAX_BYTES // 2:
             self.first.append(entry)
             self.size += size
             return
@@ -81,46 +85,46 @@ class AttemptLog:
         return codec.to_json({"records": records, "dropped": self.dropped})
 
 
-class LogCapture(logging.Handler):
-    """The handler: keeps the records of this worker's running attempts in `logs`, by
-    the job's id and claim, until the runner takes them."""
+class LogCapture:
+    """Keeps the records of this worker's running attempts in `logs`, by the job's id and
+    claim, until the runner takes them."""
 
     def __init__(self, *, worker: str, level: int, running: Callable[[Job], bool]) -> None:
-        super().__init__(level)
         self.worker = worker
+        self.level = level
         self.running = running  # whether an attempt of this claim runs here now
         self.logs: dict[Key, AttemptLog] = {}
+        self._previous: Callable[..., logging.LogRecord] | None = None
+        self._factory: Callable[..., logging.LogRecord] | None = None
+        self._on = False
 
     def install(self) -> None:
-        logging.getLogger().addHandler(self)
+        previous = self._previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            if self._on and record.levelno >= self.level:
+                job = self._attempt()
+                if job is not None:
+                    self._keep(job, record)
+            return record
+
+        self._factory = factory
+        self._on = True
+        logging.setLogRecordFactory(factory)
 
     def remove(self) -> None:
-        logging.getLogger().removeHandler(self)
+        self._on = False
+        if self._factory is not None and logging.getLogRecordFactory() is self._factory:
+            assert self._previous is not None
+            logging.setLogRecordFactory(self._previous)
+        # Else another factory wraps this one since: it stays, and passes records through.
         self.logs.clear()
 
     def take(self, job: Job) -> str | None:
         """The records of ``job``'s attempt as JSON, forgotten here (None: it logged none)."""
         found = self.logs.pop((job.id, job.claim), None)
         return None if found is None else found.json()
-
-    def handle(self, record: logging.LogRecord) -> bool:
-        # No lock: each attempt's records go to its own list (a plain def task's from its
-        # one thread), and a dict's set and pop are atomic.
-        if record.levelno >= self.level:
-            job = self._attempt()
-            if job is not None:
-                self._keep(job, record)
-        last_resort = logging.lastResort
-        if (
-            last_resort is not None
-            and record.levelno >= last_resort.level
-            and not self._other_handlers(record.name)
-        ):
-            last_resort.handle(record)
-        return True
-
-    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
-        self.handle(record)
 
     def _attempt(self) -> Job | None:
         found = running_job.get(None)
@@ -136,7 +140,9 @@ class LogCapture(logging.Handler):
                 return None
         return job if self.running(job) else None
 
-    def _keep(self, record_job: Job, record: logging.LogRecord) -> None:
+    def _keep(self, job: Job, record: logging.LogRecord) -> None:
+        # No lock: each attempt's records go to its own list (a plain def task's from its
+        # one thread), and a dict's setdefault and pop are atomic.
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a bad format string must not fail the task
@@ -150,23 +156,11 @@ class LogCapture(logging.Handler):
         if record.exc_info and record.exc_info[0] is not None:
             text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
             entry["exception"] = _clean(text, MAX_MESSAGE)
-        key = (record_job.id, record_job.claim)
+        key = (job.id, job.claim)
         log = self.logs.get(key)
         if log is None:
             log = self.logs.setdefault(key, AttemptLog())
         log.add(entry)
-
-    def _other_handlers(self, name: str) -> bool:
-        """Whether a record of the logger ``name`` that reached the root logger met a
-        handler other than this one on its way (else Python's last resort prints it)."""
-        logger: logging.Logger | None = logging.getLogger(name)
-        while logger is not None:
-            if any(h is not self for h in logger.handlers):
-                return True
-            if not logger.propagate:
-                return False
-            logger = logger.parent
-        return False
 
 
 def level_of(name: str) -> int | None:
