@@ -38,23 +38,14 @@ class SeesWorkers(Observer):
         self.seen.append((live, dead))
 
 
-async def test_a_running_worker_is_listed_with_what_it_runs_and_unlisted_as_it_stops(
+async def test_a_worker_is_listed_as_it_starts_and_unlisted_as_it_stops(
     app: asyncq.App, db: psycopg.Connection[Any]
 ) -> None:
-    release = asyncio.Event()
-    started = asyncio.Event()
-
-    @app.task(name="workers.busy")
-    async def busy() -> None:
-        started.set()
-        await release.wait()
-
-    seer = SeesWorkers()
-    app._observers.append(seer)
     app.import_path = "shop.jobs:app"
+    # No refresh comes in this test: the row is the one written at the start.
     worker = asyncio.create_task(
         app.run_worker(
-            ["default", "other"], concurrency=3, handle_signals=False, presence_interval=0.05
+            ["default", "other"], concurrency=3, handle_signals=False, presence_interval=3600
         )
     )
     try:
@@ -69,12 +60,32 @@ async def test_a_running_worker_is_listed_with_what_it_runs_and_unlisted_as_it_s
             ["default", "other"],
             3,
         )
-        assert listed.alive and listed.beat_seconds == 0.05
+        assert listed.alive and listed.beat_seconds == 3600 and listed.running == 0
         assert listed.id.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert await app.workers() == []
+    assert db.execute("SELECT count(*) FROM asyncq_workers").fetchone() == (0,)
 
+
+async def test_a_worker_s_row_says_how_many_jobs_it_runs(app: asyncq.App) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    @app.task(name="workers.busy")
+    async def busy() -> None:
+        started.set()
+        await release.wait()
+
+    seer = SeesWorkers()
+    app._observers.append(seer)
+    worker = asyncio.create_task(app.run_worker(handle_signals=False, presence_interval=0.05))
+    try:
+        await listed_until(app, bool, "the worker's row")
         await busy.defer()
         await started.wait()
-
         await listed_until(
             app, lambda found: [w.running for w in found] == [1], "the row to say one runs"
         )
@@ -84,8 +95,6 @@ async def test_a_running_worker_is_listed_with_what_it_runs_and_unlisted_as_it_s
         worker.cancel()
         with pytest.raises(asyncio.CancelledError):
             await worker
-    assert await app.workers() == []
-    assert db.execute("SELECT count(*) FROM asyncq_workers").fetchone() == (0,)
 
 
 async def test_a_worker_that_stopped_refreshing_its_row_is_dead_and_deleted_later(
