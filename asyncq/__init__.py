@@ -1,6 +1,6 @@
 """asyncq: an asyncio task queue on the PostgreSQL you already run."""
 
-from asyncq.admin import RequeueResult, ScheduleInfo
+from asyncq.admin import RequeueResult, ScheduleInfo, WorkerState
 from asyncq.app import App
 from asyncq.control import Discard, JobControl, Retry, Snooze
 from asyncq.errors import (
@@ -69,6 +69,7 @@ __all__ = [
     "TaskArgumentsMismatch",
     "TaskNotFound",
     "UndecodableArguments",
+    "WorkerState",
     "WorkerStats",
     "__version__",
     "current_job",

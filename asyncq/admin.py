@@ -310,20 +310,85 @@ class WaitingFor:
 
 
 @dataclass(frozen=True, slots=True)
+class LogLine:
+    """A record a task logged during an attempt (``--log-capture``): when, at what level,
+    by which logger, its message, and the traceback it carried, if any."""
+
+    at: datetime
+    level: str
+    logger: str
+    message: str
+    exception: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLogs:
+    """What a task logged during an attempt: the first records and the latest that fit
+    the bounds (see docs/how-to/operate.md), and how many were dropped between them."""
+
+    records: list[LogLine]
+    dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a task reported last (``ctx.progress``): a ``fraction`` (0.0 to 1.0) or a
+    ``count``, a ``message``, the ``attempt`` that reported it, and when (``at``, the
+    worker's clock)."""
+
+    fraction: float | None
+    count: int | None
+    message: str | None
+    attempt: int | None
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a job (a run of its task by a worker). ``outcome``: how it ended:
+    ``done``, ``retried``, ``failed``, ``snoozed``, ``handed_back``, ``given_back``,
+    ``cancelled``, ``lease_expired`` (its worker stopped renewing the lease), ``waiting``
+    (the task suspended its job: ``waiting_for`` says for what), or ``running`` (it has
+    not ended). ``attempt`` is its number as the task saw it (attempts that do not count
+    share their number with the next). ``due_at`` is when the job was due to run, so
+    ``wait_seconds`` is from then to the attempt's start and ``run_seconds`` from its start
+    to its end (to now, while it runs). ``error``: what it raised, with the traceback;
+    ``logs``: what its task logged; ``progress``: what it reported last."""
+
+    attempt: int
+    outcome: str
+    worker: str | None
+    due_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    wait_seconds: float | None
+    run_seconds: float | None
+    error: str | None = None
+    logs: AttemptLogs | None = None
+    progress: Progress | None = None
+    waiting_for: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """A job in full; ``args`` and ``result`` decoded from JSON (``args`` is the stored
     text when it cannot be decoded); ``run_at`` None for a waiting job that no time
-    wakes. Its work beyond itself: ``steps`` (the first `SHOWN` recorded, of
-    ``steps_total``), ``step_names`` (each once, in the order first recorded: what a
-    retry can start from), ``parent`` (the job that spawned it), ``children``, ``after``
-    and, while it waits, ``waiting_for`` (`job_sync` leaves these empty)."""
+    wakes; ``attempts_used`` the attempts counted against ``max_attempts``;
+    ``started_at`` when its latest attempt started. ``attempts``: every attempt kept,
+    oldest first (the first 3 and the last 10 of those that did not end done, and the
+    latest while it runs or once it is done; ``attempts_dropped`` counts those left out);
+    ``progress`` what its task reported last. Its work beyond itself: ``steps`` (the
+    first `SHOWN` recorded, of ``steps_total``), ``step_names`` (each once, in the order
+    first recorded: what a retry can start from), ``parent`` (the job that spawned it),
+    ``children``, ``after`` and, while it waits, ``waiting_for`` (`job_sync` leaves these
+    empty)."""
 
     id: int
     task_name: str
     queue: str
     status: str
     priority: int
-    attempts: int
+    attempts_used: int
     max_attempts: int
     claims: int
     handbacks: int
@@ -332,6 +397,7 @@ class JobDetail:
     locked_by: str | None
     locked_at: datetime | None
     expires_at: datetime | None
+    started_at: datetime | None
     finished_at: datetime | None
     unique_key: str | None
     group_key: str | None
@@ -341,6 +407,9 @@ class JobDetail:
     last_error: str | None
     args: Any
     result: Any
+    attempts: list[Attempt] = field(default_factory=list)
+    attempts_dropped: int = 0
+    progress: Progress | None = None
     steps: list[Step] = field(default_factory=list)
     steps_total: int = 0
     step_names: list[str] = field(default_factory=list)
@@ -535,12 +604,92 @@ def job_sync(conn: SyncConn, store: Store, job_id: int) -> JobDetail | None:
 def _detail(row: tuple[Any, ...] | None) -> JobDetail | None:
     if row is None:
         return None
-    values = dict(zip(_DETAIL_COLUMNS, row, strict=True))
+    columns = len(_DETAIL_COLUMNS)
+    values = dict(zip(_DETAIL_COLUMNS, row[:columns], strict=True))
+    progress_text, logs_text, history_text, now = row[columns:]
     with contextlib.suppress(ValueError):  # else shown as stored
         values["args"] = json.loads(values["args"])
     if values["result"] is not None:
         values["result"] = json.loads(values["result"])
-    return JobDetail(**values)
+    progress = _progress(None if progress_text is None else json.loads(progress_text))
+    history = {} if history_text is None else json.loads(history_text)
+    attempts = [_attempt(record) for record in history.get("attempts", [])]
+    status = values["status"]
+    if status in (Status.RUNNING, Status.DONE):
+        # The latest attempt, described by the row itself (done: the plain path records
+        # nothing more).
+        started, ended = values["started_at"], values["finished_at"]
+        due = values["run_at"]
+        attempts.append(
+            Attempt(
+                attempt=values["attempts_used"],
+                outcome=str(status),
+                worker=values["locked_by"],
+                due_at=due,
+                started_at=started,
+                ended_at=ended if status == Status.DONE else None,
+                wait_seconds=_seconds(due, started),
+                run_seconds=_seconds(started, ended if status == Status.DONE else now),
+                logs=_logs(None if logs_text is None else json.loads(logs_text)),
+                progress=progress,
+            )
+        )
+    return JobDetail(
+        **values,
+        attempts=attempts,
+        attempts_dropped=int(history.get("dropped", 0)),
+        progress=progress,
+    )
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else max((end - start).total_seconds(), 0.0)
+
+
+def _attempt(record: dict[str, Any]) -> Attempt:
+    due, started, ended = (_time(record.get(k)) for k in ("due_at", "started_at", "ended_at"))
+    return Attempt(
+        attempt=int(record.get("attempt", 0)),
+        outcome=str(record.get("outcome", "-")),
+        worker=record.get("worker"),
+        due_at=due,
+        started_at=started,
+        ended_at=ended,
+        wait_seconds=_seconds(due, started),
+        run_seconds=_seconds(started, ended),
+        error=record.get("error"),
+        logs=_logs(record.get("logs")),
+        progress=_progress(record.get("progress")),
+        waiting_for=record.get("waiting_for"),
+    )
+
+
+def _logs(raw: dict[str, Any] | None) -> AttemptLogs | None:
+    if not raw:
+        return None
+    records = [
+        LogLine(
+            at=datetime.fromisoformat(r["at"]),
+            level=str(r.get("level", "")),
+            logger=str(r.get("logger", "")),
+            message=str(r.get("message", "")),
+            exception=r.get("exception"),
+        )
+        for r in raw.get("records", [])
+    ]
+    return AttemptLogs(records=records, dropped=int(raw.get("dropped", 0)))
+
+
+def _progress(raw: dict[str, Any] | None) -> Progress | None:
+    if not raw:
+        return None
+    return Progress(
+        fraction=raw.get("fraction"),
+        count=raw.get("count"),
+        message=raw.get("message"),
+        attempt=raw.get("attempt"),
+        at=_time(raw.get("at")),
+    )
 
 
 def _with_workflow(detail: JobDetail, row: tuple[Any, ...]) -> JobDetail:
@@ -619,6 +768,43 @@ def _steps(raw: list[dict[str, Any]], waiting: WaitingFor | None) -> list[Step]:
 
 def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """A worker as asyncq_workers lists it: where it runs (``host``, ``pid``), the asyncq
+    ``version``, the ``app`` it was started with (``MODULE:APP``, when the ``asyncq``
+    command started it), its ``queues`` (None: every queue), ``concurrency``, how many
+    jobs it was ``running`` at its last refresh, when it started and when it was last
+    seen (``seen_at``, refreshed every ``beat_seconds``). ``alive``: refreshed within
+    three beats; else it died without saying so (a kill, a crash, a lost host: its
+    heartbeat is missing), and the maintenance deletes its row an hour after it was last
+    seen."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    app: str | None
+    queues: list[str] | None
+    concurrency: int
+    running: int
+    started_at: datetime
+    seen_at: datetime
+    beat_seconds: float
+    alive: bool
+    seen_seconds_ago: float
+
+
+async def workers(conn: Conn, store: Store) -> list[WorkerState]:
+    """Every worker listed in the database, live ones first (by host), then dead ones."""
+    found = []
+    for row in await store.list_workers(conn):
+        values = dict(zip([f.name for f in fields(WorkerState)], row, strict=True))
+        if values["queues"] is not None:
+            values["queues"] = list(values["queues"])
+        found.append(WorkerState(**values))
+    return found
 
 
 async def queues(conn: Conn, store: Store) -> list[QueueOverview]:

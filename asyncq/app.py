@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from asyncq import admin, codec, connections, embedded, migrate, pools, workflow
-from asyncq.admin import RequeueResult, ScheduleInfo
+from asyncq.admin import RequeueResult, ScheduleInfo, WorkerState
 from asyncq.errors import AppNotOpen, ConfigurationError, DatabaseUnavailable
 from asyncq.limits import ClaimLimits, TaskLimits
 from asyncq.pools import reconnect_options, tcp_defaults
@@ -195,6 +195,9 @@ class App:
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
+        # Where the asyncq command found this App (MODULE:APP): its workers say so in
+        # asyncq_workers.
+        self.import_path: str | None = None
         self._middleware: list[Middleware] = []
         self._dsn: str | None = None
         self._tcp = tcp_defaults("")  # less what the DSN sets, once it is resolved
@@ -618,6 +621,14 @@ class App:
         async with pools.connection(self.pool) as conn:
             return (await admin.retry(conn, self.store, job_id, from_step=from_step)).was
 
+    async def workers(self) -> list[WorkerState]:
+        """Every worker listed in the database, on any host: live ones first, then those
+        that stopped refreshing their row (dead: killed, crashed, or cut off), each with
+        its host and pid, asyncq version, App, queues, concurrency, jobs running, when it
+        started and when it was last seen."""
+        async with pools.connection(self.pool) as conn:
+            return await admin.workers(conn, self.store)
+
     async def pause(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue`` (running jobs finish; defers still
         write). False if it was paused already."""
@@ -673,7 +684,9 @@ class App:
     ) -> WorkerStats:
         """`run_worker`; without ``rate_limits``, its claims leave the tasks' rate limits
         out (`asyncq.testing.drain`, which waits for no time)."""
-        settings = worker_settings.from_options(queues, retention=self.retention, **options)
+        settings = worker_settings.from_options(
+            queues, retention=self.retention, app_path=self.import_path, **options
+        )
         observers = list(self._observers)
         metrics = None
         if settings.metrics_port is not None:

@@ -50,6 +50,7 @@ def load_app(path: str) -> App:
             raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if not isinstance(obj, App):
         raise CommandError(f"{path} is a {type(obj).__name__}, not an asyncq.App")
+    obj.import_path = path
     return obj
 
 
@@ -218,12 +219,26 @@ def build_parser() -> argparse.ArgumentParser:
     job = commands.add_parser(
         "job",
         help="one job in full",
-        description="Show one job in full: its row, its steps, the job that spawned it, its"
-        " children, the jobs it runs after, and what it waits for.",
+        description="Show one job in full: its row, its attempts (each with its worker, how"
+        " long it waited and ran, how it ended, its error), the progress its task reported,"
+        " what its latest attempt logged, its steps, the job that spawned it, its children,"
+        " the jobs it runs after, and what it waits for. --json has every attempt's logs.",
     )
     job.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     job.add_argument("id", type=_id_or_app, metavar="ID", help="the job's id")
     job.add_argument("--json", action="store_true", help="print one JSON object")
+
+    workers = commands.add_parser(
+        "workers",
+        help="the workers, on every host",
+        description="Every worker listed in the database, on any host: its id, host, pid,"
+        " asyncq version, App, queues, concurrency, jobs running now, when it started and"
+        " when it was last seen. A worker that has not refreshed its row for three of its"
+        " beats is dead (no heartbeat: killed, crashed or cut off); the maintenance deletes"
+        " its row an hour after it was last seen.",
+    )
+    workers.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    workers.add_argument("--json", action="store_true", help="one JSON object per worker")
 
     queues = commands.add_parser(
         "queues",
@@ -549,16 +564,75 @@ async def _job(app: App, args: argparse.Namespace) -> None:
         print(admin.as_json(found))
         return
     for name, value in dataclasses.asdict(found).items():
-        if name in ("args", "result", "last_error") or name in _WORKFLOW_FIELDS:
+        if name in _SHOWN_BELOW or name in _WORKFLOW_FIELDS:
             continue
         print(f"{name:>18}  {display.cell(value)}")
     print(f"{'args':>18}  {display.printable(json.dumps(found.args, ensure_ascii=False))}")
     print(f"{'result':>18}  {display.printable(json.dumps(found.result, ensure_ascii=False))}")
+    for line in _attempt_lines(found):
+        print(line)
     for line in _workflow_lines(found):
         print(line)
     if found.last_error:
         print(f"{'last_error':>18}")
         print(display.printable(found.last_error))
+
+
+_SHOWN_BELOW = ("args", "result", "last_error", "attempts", "attempts_dropped", "progress")
+LOG_LINES_SHOWN = 20
+
+
+def _attempt_lines(job: admin.JobDetail) -> list[str]:
+    """A job's progress, its attempts as a timeline (how long each waited from when the
+    job was due, and ran), and what its latest attempt logged (the last records)."""
+    lines = []
+    if job.progress is not None:
+        lines.append(f"{'progress':>18}  {_progress_text(job.progress)}")
+    if job.attempts:
+        dropped = job.attempts_dropped
+        lines.append(
+            f"{'attempts':>18}  {len(job.attempts)} kept"
+            + (f" ({dropped} between the first 3 and the last 10 not kept)" if dropped else "")
+        )
+        rows = [
+            [
+                a.attempt,
+                a.outcome if a.waiting_for is None else f"{a.outcome} ({a.waiting_for})",
+                a.worker,
+                a.started_at,
+                display.duration(a.wait_seconds),
+                display.duration(a.run_seconds),
+                None if a.error is None else a.error.splitlines()[0],
+            ]
+            for a in job.attempts
+        ]
+        headers = ["#", "outcome", "worker", "started", "waited", "ran", "error"]
+        lines += [_INDENT + line for line in display.table(headers, rows).splitlines()]
+    logged = next((a for a in reversed(job.attempts) if a.logs is not None), None)
+    if logged is not None and logged.logs is not None:
+        records = logged.logs.records
+        lost = logged.logs.dropped + max(len(records) - LOG_LINES_SHOWN, 0)
+        lines.append(
+            f"{'logs':>18}  attempt {logged.attempt}: {len(records)} records"
+            + (f", the last {LOG_LINES_SHOWN} shown" if len(records) > LOG_LINES_SHOWN else "")
+            + (f" ({lost} not shown: --json has the kept ones)" if lost else "")
+        )
+        for record in records[-LOG_LINES_SHOWN:]:
+            at = record.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
+            text = display.printable(" ".join(record.message.split()))
+            lines.append(f"{_INDENT}{at} {record.level} {display.printable(record.logger)}: {text}")
+    return lines
+
+
+def _progress_text(progress: admin.Progress) -> str:
+    done = (
+        f"{progress.fraction * 100:.0f}%"
+        if progress.fraction is not None
+        else f"{progress.count} done"
+    )
+    message = "" if progress.message is None else f" {display.printable(progress.message)}"
+    at = "" if progress.at is None else f", at {display.cell(progress.at)}"
+    return f"{done}{message} (attempt {progress.attempt}{at})"
 
 
 _WORKFLOW_FIELDS = (
@@ -634,6 +708,45 @@ def _waiting_text(waiting: admin.WaitingFor) -> str:
     shown = " ".join(str(i) for i in waiting.ids)
     more = " ..." if waiting.remaining > len(waiting.ids) else ""
     return f"{waiting.remaining} {what}: {shown}{more}" if waiting.ids else what
+
+
+async def _workers(app: App, args: argparse.Namespace) -> None:
+    async with app:
+        found = await app.workers()
+    if args.json:
+        for worker in found:
+            print(admin.as_json(worker))
+        return
+    headers = [
+        "id",
+        "host",
+        "pid",
+        "version",
+        "app",
+        "queues",
+        "concurrency",
+        "running",
+        "started",
+        "last seen",
+        "state",
+    ]
+    rows = [
+        [
+            w.id,
+            w.host,
+            w.pid,
+            w.version,
+            w.app,
+            "*" if w.queues is None else ",".join(w.queues),
+            w.concurrency,
+            w.running,
+            w.started_at,
+            f"{display.age(w.seen_seconds_ago)} ago",
+            "live" if w.alive else f"dead (no heartbeat for {display.age(w.seen_seconds_ago)})",
+        ]
+        for w in found
+    ]
+    print(display.table(headers, rows) if rows else "no workers")
 
 
 async def _queues(app: App, args: argparse.Namespace) -> None:
@@ -808,6 +921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": _resume,
         "jobs": _jobs,
         "job": _job,
+        "workers": _workers,
         "queues": _queues,
         "stats": _stats,
         "prune": _prune,

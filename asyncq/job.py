@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, overload
 
+from asyncq import codec
 from asyncq.errors import NotInJob
 from asyncq.workflow import Gateway, Run, sleep_seconds
 
@@ -101,6 +103,8 @@ class JobContext:
     """Set when the worker stops the attempt of a plain ``def`` task (None otherwise)."""
     workflow: Run | None = field(default=None, repr=False, compare=False)
     """The attempt's steps, sleeps, waits and children (see `asyncq.workflow`)."""
+    gateway: Gateway | None = field(default=None, repr=False, compare=False)
+    """What the attempt's progress goes through (None: a context made by hand)."""
 
     @property
     def stop_requested(self) -> bool:
@@ -110,6 +114,18 @@ class JobContext:
         that runs long looks at this between steps and returns. Always False in an
         ``async def`` task, which is cancelled instead."""
         return self.stop_event is not None and self.stop_event.is_set()
+
+    def progress(self, done: float, message: str | None = None) -> None:
+        """Report how far the attempt has got: ``done`` is a fraction from 0.0 to 1.0 (a
+        float), or a count of things done (an int); ``message`` a few words (at most
+        `MAX_PROGRESS_MESSAGE` characters are kept). It returns at once, in an ``async
+        def`` task or a plain ``def`` one: the worker writes the latest report of each job
+        a few times a second at most (the last one with the attempt's outcome), fenced
+        like every write of a running job, and ``asyncq job`` shows it."""
+        text = progress_json(done, message, self.attempt)
+        gateway, run = self.gateway, self.workflow
+        if gateway is not None and run is not None:
+            gateway.report_progress(run.job, text)
 
     def _run(self) -> Run:
         if self.workflow is None:
@@ -233,7 +249,9 @@ def job_context(
     stop_event: threading.Event | None = None,
     gateway: Gateway | None = None,
 ) -> JobContext:
-    """The `JobContext` of an attempt of ``job`` run by ``worker``."""
+    """The `JobContext` of an attempt of ``job`` run by ``worker``. The attempt of a
+    plain ``def`` task (``stop_event`` set) runs in a thread, which cannot suspend its job:
+    its workflow has no gateway (its progress has)."""
     scheduled_at = job.scheduled_at
     return JobContext(
         id=job.id,
@@ -244,8 +262,43 @@ def job_context(
         worker=worker,
         scheduled_at=None if scheduled_at is None else scheduled_at.astimezone(UTC),
         stop_event=stop_event,
-        workflow=Run(job, gateway),
+        workflow=Run(job, gateway if stop_event is None else None),
+        gateway=gateway,
     )
+
+
+MAX_PROGRESS_MESSAGE = 500
+
+
+def progress_json(done: object, message: object, attempt: int) -> str:
+    """A report of `JobContext.progress` as the JSON the row keeps: ``fraction`` (a
+    float from 0 to 1) or ``count`` (an int), ``message`` if any, the ``attempt`` and
+    ``at`` (the worker's clock)."""
+    report: dict[str, Any]
+    if isinstance(done, bool) or not isinstance(done, int | float):
+        raise TypeError(
+            f"progress is a fraction (a float from 0.0 to 1.0) or a count (an int), not {done!r}"
+        )
+    if isinstance(done, int):
+        if done < 0:
+            raise ValueError(f"a count of progress is 0 or more, not {done}")
+        report = {"count": done}
+    else:
+        if not (math.isfinite(done) and 0.0 <= done <= 1.0):
+            raise ValueError(f"a fraction of progress is from 0.0 to 1.0, not {done}")
+        report = {"fraction": done}
+    if message is not None:
+        if not isinstance(message, str):
+            raise TypeError(f"a progress message is a str, not {message!r}")
+        if len(message) > MAX_PROGRESS_MESSAGE:
+            message = message[: MAX_PROGRESS_MESSAGE - 3] + "..."
+        message = message.replace("\x00", "\\x00")
+        if not message.isascii():
+            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        report["message"] = message
+    report["attempt"] = attempt
+    report["at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+    return codec.to_json(report)
 
 
 def set_current_job(

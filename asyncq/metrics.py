@@ -75,6 +75,13 @@ class WorkerMetrics(Observer):
             ["queue", "state"],
             registry=r,
         )
+        self.workers_seen = prom.Gauge(
+            "asyncq_workers",
+            "Workers listed in the database, live or dead (not refreshed for three beats),"
+            " as this worker last saw them (every worker reports: take the max over them).",
+            ["state"],
+            registry=r,
+        )
         self._server: Any = None
 
     def serve(self, port: int, host: str) -> None:
@@ -113,6 +120,10 @@ class WorkerMetrics(Observer):
     def rescued(self, jobs: Mapping[int, str]) -> None:
         for status in jobs.values():
             self.reaped.labels(status).inc()
+
+    def workers(self, live: int, dead: int) -> None:
+        self.workers_seen.labels("live").set(live)
+        self.workers_seen.labels("dead").set(dead)
 
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         self.depth.clear()

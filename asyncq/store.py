@@ -87,6 +87,19 @@ class WorkerFacts(NamedTuple):
     server_encoding: str
 
 
+class WorkerRow(NamedTuple):
+    """What a worker writes of itself in asyncq_workers."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    app: str | None
+    queues: list[str] | None
+    concurrency: int
+    beat: timedelta
+
+
 def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[str, Any]:
     """The parameters every write after the claim is fenced on: this worker, each job's
     id and the claim it holds it by; ``columns`` hold a value for each job.
@@ -112,6 +125,27 @@ def _fence(worker: str, jobs: Sequence[Job], **columns: Sequence[Any]) -> dict[s
         "claims": _bigint_array(claims),
         **{name: list(values) for name, values in columns.items()},
     }
+
+
+def _any(values: Sequence[str | None] | None) -> bool:
+    return values is not None and any(v is not None for v in values)
+
+
+def _ended(
+    worker: str,
+    jobs: Sequence[Job],
+    logs: Sequence[str | None] | None,
+    progress: Sequence[str | None] | None,
+    **columns: Sequence[Any],
+) -> dict[str, Any]:
+    """`_fence` for a write that ends attempts and records them: with each attempt's logs
+    and last progress (JSON text or None; NULL arrays when no attempt has any)."""
+    if _any(logs) or _any(progress):
+        none = [None] * len(jobs)
+        return _fence(worker, jobs, logs=logs or none, progress=progress or none, **columns)
+    params = _fence(worker, jobs, **columns)
+    params["logs"] = params["progress"] = None
+    return params
 
 
 _first = operator.itemgetter(0)
@@ -422,16 +456,35 @@ class Store:
         worker: str,
         jobs: Sequence[Job],
         results: Sequence[str | None] | None = None,
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> set[int]:
         """Mark jobs done with their results (JSON text, or None to store none; no
-        ``results``: none); returns the ids this worker still owned."""
-        if results is None or all(r is None for r in results):
+        ``results``: none), what their tasks logged and their last progress (the same);
+        returns the ids this worker still owned."""
+        if _any(logs) or _any(progress):
+            params = _fence(
+                worker,
+                jobs,
+                results=results or [None] * len(jobs),
+                logs=logs or [None] * len(jobs),
+                progress=progress or [None] * len(jobs),
+            )
+            query = self.q["mark_done_with"]
+        elif results is None or all(r is None for r in results):
             params = _fence(worker, jobs)
             query = self.q["mark_done"]
         else:
             params = _fence(worker, jobs, results=results)
             query = self.q["mark_done_results"]
         cur = await conn.execute(query, params)
+        return {int(r[0]) for r in await cur.fetchall()}
+
+    async def write_progress(
+        self, conn: Conn, *, worker: str, jobs: Sequence[Job], progress: Sequence[str]
+    ) -> set[int]:
+        """Write what running jobs reported last; returns the ids this worker still owned."""
+        cur = await conn.execute(self.q["write_progress"], _fence(worker, jobs, progress=progress))
         return {int(r[0]) for r in await cur.fetchall()}
 
     async def written_by_claims(
@@ -460,17 +513,31 @@ class Store:
         retry_in: Sequence[float],
         errors: Sequence[str],
         give_up: Sequence[bool],
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> dict[int, str]:
-        """Record failed attempts; returns the new status of each job this worker still owned."""
-        params = _fence(worker, jobs, retry_in=retry_in, errors=errors, give_up=give_up)
+        """Record failed attempts (each with what its task logged and its last progress,
+        JSON text or None, in the job's history); returns the new status of each job this
+        worker still owned."""
+        params = _ended(
+            worker, jobs, logs, progress, retry_in=retry_in, errors=errors, give_up=give_up
+        )
         cur = await conn.execute(self.q["mark_failed"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def give_back(
-        self, conn: Conn, *, worker: str, jobs: Sequence[Job], errors: Sequence[str], delay: float
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        errors: Sequence[str],
+        delay: float,
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> dict[int, str]:
         """Give back jobs whose task this worker does not know, the attempt not counted."""
-        params = _fence(worker, jobs, errors=errors)
+        params = _ended(worker, jobs, logs, progress, errors=errors)
         params["delay"] = delay
         cur = await conn.execute(self.q["give_back"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
@@ -480,26 +547,46 @@ class Store:
         return [int(r[0]) for r in await cur.fetchall()]
 
     async def mark_snoozed(
-        self, conn: Conn, *, worker: str, jobs: Sequence[Job], after: Sequence[float]
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        after: Sequence[float],
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> dict[int, str]:
-        params = _fence(worker, jobs, after=after)
+        params = _ended(worker, jobs, logs, progress, after=after)
         cur = await conn.execute(self.q["mark_snoozed"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def release(
-        self, conn: Conn, *, worker: str, jobs: Sequence[Job], free_handbacks: int
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        free_handbacks: int,
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> dict[int, str]:
         """Hand jobs back at shutdown; returns the new status of each job still owned."""
-        params = _fence(worker, jobs)
+        params = _ended(worker, jobs, logs, progress)
         params["free"] = free_handbacks
         cur = await conn.execute(self.q["release"], params)
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def mark_cancelled(
-        self, conn: Conn, *, worker: str, jobs: Sequence[Job]
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        jobs: Sequence[Job],
+        logs: Sequence[str | None] | None = None,
+        progress: Sequence[str | None] | None = None,
     ) -> dict[int, str]:
         """End attempts a cancel stopped; returns the new status of each job still owned."""
-        cur = await conn.execute(self.q["mark_cancelled"], _fence(worker, jobs))
+        cur = await conn.execute(self.q["mark_cancelled"], _ended(worker, jobs, logs, progress))
         return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
 
     async def heartbeat(self, conn: Conn, *, worker: str, jobs: Sequence[Job]) -> dict[int, bool]:
@@ -1026,6 +1113,37 @@ class Store:
         most so many), as `admin.job` shows them."""
         cur = await conn.execute(self.q["job_workflow"], {"id": job_id, "limit": limit})
         return await cur.fetchone()
+
+    # -- workers (asyncq_workers) -------------------------------------------------------
+
+    async def worker_started(self, conn: Conn, *, row: WorkerRow) -> datetime:
+        """Write ``row``; returns when the worker started, by the database's clock."""
+        cur = await conn.execute(self.q["worker_started"], row._asdict())
+        found = await cur.fetchone()
+        assert found is not None
+        return found[0]  # type: ignore[no-any-return]
+
+    async def worker_seen(
+        self, conn: Conn, *, row: WorkerRow, running: int, started: datetime | None
+    ) -> tuple[int, int]:
+        """Refresh ``row`` (write it again if it is gone) with the jobs it runs now;
+        returns how many workers are live and how many dead."""
+        params = {**row._asdict(), "running": running, "started": started}
+        found = await (await conn.execute(self.q["worker_seen"], params)).fetchone()
+        assert found is not None
+        return int(found[0]), int(found[1])
+
+    async def worker_stopped(self, conn: Conn, *, worker: str) -> None:
+        await conn.execute(self.q["worker_stopped"], {"id": worker})
+
+    @_translating
+    async def list_workers(self, conn: Conn) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["list_workers"])).fetchall()
+
+    async def prune_workers(self, conn: Conn, *, after: timedelta) -> int:
+        """Delete the rows of workers not seen for ``after``; returns how many."""
+        cur = await conn.execute(self.q["prune_workers"], {"after": after})
+        return cur.rowcount
 
     # -- asyncq.testing ----------------------------------------------------------------
 

@@ -115,6 +115,11 @@ class Gateway(Protocol):
         """``job``'s lease is lost."""
         ...
 
+    def report_progress(self, job: Job, progress: str) -> None:
+        """``job``'s task reported ``progress`` (JSON): to write soon, the latest one
+        only. Called from the event loop or from a task's thread."""
+        ...
+
 
 class Wait(NamedTuple):
     """A suspension: until a time (``until``, or ``seconds`` from the database's now), an

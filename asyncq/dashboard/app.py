@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
+from psycopg import errors
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -189,7 +190,13 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         async with pools.connection(self.app.pool) as conn:
             queues = await admin.queues(conn, self.app.store)
-        return PlainTextResponse(metrics.exposition(queues), media_type=metrics.CONTENT_TYPE)
+            try:
+                workers: list[admin.WorkerState] | None = await admin.workers(conn, self.app.store)
+            except errors.InsufficientPrivilege:
+                workers = None  # a role that may not read asyncq_workers
+        return PlainTextResponse(
+            metrics.exposition(queues, workers), media_type=metrics.CONTENT_TYPE
+        )
 
     async def style(self, request: Request) -> Response:
         return Response(_STYLE, media_type="text/css")

@@ -183,6 +183,14 @@ SELECT * FROM asyncq_mark_done(%(worker)s::text, %(ids)s::bigint[], %(claims)s::
 SELECT * FROM asyncq_mark_done_results(%(worker)s::text, %(ids)s::bigint[],
                                        %(claims)s::bigint[], %(results)b::text[])
 
+-- name: mark_done_with
+-- Done jobs some of whose tasks logged (or reported progress): each with its result, the
+-- records its task logged and the progress it reported last (JSON text, or NULL), kept
+-- on the row (migration 0020).
+SELECT * FROM asyncq_mark_done_with(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                    %(results)b::text[], %(logs)b::text[],
+                                    %(progress)b::text[])
+
 -- name: written_by_claims
 -- Of the outcomes the fence refused, those written already by these very claims: a write
 -- that committed but whose answer was lost with its connection, tried again. Only this
@@ -198,7 +206,8 @@ SELECT * FROM asyncq_written_by_claims(%(worker)s::text, %(ids)s::bigint[],
 -- Jobs of tasks this worker does not know: queued again after %(delay)s seconds, the
 -- attempt not counted, `unknown_since` set by the first give-back (migration 0017).
 SELECT * FROM asyncq_give_back(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
-                               %(errors)s::text[], %(delay)s::float8)
+                               %(errors)s::text[], %(delay)s::float8, %(logs)b::text[],
+                               %(progress)b::text[])
 
 -- name: fail_unknown
 -- Jobs that workers gave back longer ago than the grace, not run by any worker since.
@@ -206,20 +215,23 @@ SELECT * FROM asyncq_fail_unknown(%(grace)s::interval, %(limit)s::int)
 
 -- name: mark_failed
 -- A failed attempt: back to queued after its backoff, or failed once attempts are used up
--- (or at once when give_up is set), or cancelled when a cancel came while it ran.
+-- (or at once when give_up is set), or cancelled when a cancel came while it ran. This
+-- write and those below append the attempt's record to the job's history, with what its
+-- task logged and its last progress (JSON text, or NULL: migration 0020).
 SELECT * FROM asyncq_mark_failed(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
                                  %(retry_in)s::float8[], %(errors)s::text[],
-                                 %(give_up)s::bool[])
+                                 %(give_up)s::bool[], %(logs)b::text[], %(progress)b::text[])
 
 -- name: mark_snoozed
 -- The task asked to run again later: back to queued, the attempt not counted (cancelled,
 -- when a cancel came while it ran).
 SELECT * FROM asyncq_mark_snoozed(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
-                                  %(after)s::float8[])
+                                  %(after)s::float8[], %(logs)b::text[], %(progress)b::text[])
 
 -- name: mark_cancelled
 -- Attempts stopped by a cancel: the job ends cancelled, and is not retried.
-SELECT * FROM asyncq_mark_cancelled(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
+SELECT * FROM asyncq_mark_cancelled(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                    %(logs)b::text[], %(progress)b::text[])
 
 -- name: release
 -- Hand unfinished jobs back at shutdown. The first hand-backs of a job do not count its
@@ -227,10 +239,15 @@ SELECT * FROM asyncq_mark_cancelled(%(worker)s::text, %(ids)s::bigint[], %(claim
 -- stopped by every deploy, must not loop forever), and the last fails the job. A job a
 -- cancel asked to stop is cancelled instead.
 SELECT * FROM asyncq_release(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
-                             %(free)s::int)
+                             %(free)s::int, %(logs)b::text[], %(progress)b::text[])
 
 -- name: heartbeat
 SELECT * FROM asyncq_heartbeat(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[])
+
+-- name: write_progress
+-- What running tasks reported last (ctx.progress), JSON text per job, fenced.
+SELECT * FROM asyncq_write_progress(%(worker)s::text, %(ids)s::bigint[], %(claims)s::bigint[],
+                                    %(progress)b::text[])
 
 -- name: aborts_requested
 -- The running attempts of this worker that a cancel asked to stop: what a worker without
@@ -300,7 +317,8 @@ SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint
 -- name: missing_worker_privileges
 -- What the connected role lacks to run a worker: read every column, write the state
 -- columns, delete done rows (and their steps) and old events, read the schema version
--- and the paused queues, and remove the edges of the jobs it ends or cancels.
+-- and the paused queues, and remove the edges of the jobs it ends or cancels. (The
+-- workers table is not asked for: a worker without it runs, unlisted.)
 SELECT 'SELECT (' || a.attname || ')'
   FROM pg_attribute a
  WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -309,7 +327,8 @@ UNION ALL
 SELECT 'UPDATE (' || c || ')'
   FROM unnest(ARRAY['status', 'attempts', 'claims', 'handbacks', 'run_at', 'locked_by',
                     'locked_at', 'lease', 'expires_at', 'last_error', 'finished_at',
-                    'abort_requested_at', 'result', 'waiting_for', 'unknown_since']) AS c
+                    'abort_requested_at', 'result', 'waiting_for', 'unknown_since',
+                    'started_at', 'history', 'progress', 'logs']) AS c
  WHERE NOT has_column_privilege(%(table)s::regclass, c, 'UPDATE')
 UNION ALL
 SELECT 'DELETE' WHERE NOT has_table_privilege(%(table)s::regclass, 'DELETE')
@@ -351,7 +370,8 @@ SELECT 'INSERT (' || c || ') on ' || %(table)s
 -- Of several jobs sharing a unique key, only the newest comes back: one live job per key.
 UPDATE asyncq_jobs AS j
    SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
-       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL
+       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL,
+       progress = NULL
  WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
    AND NOT EXISTS (SELECT 1 FROM asyncq_jobs AS live
                     WHERE live.unique_key = j.unique_key AND live.status IN ('queued', 'running'))
@@ -364,7 +384,8 @@ RETURNING j.id
 -- name: requeue_failed
 UPDATE asyncq_jobs AS j
    SET status = 'queued', attempts = 0, handbacks = 0, run_at = now(), finished_at = NULL,
-       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL
+       locked_by = NULL, locked_at = NULL, expires_at = NULL, abort_requested_at = NULL,
+       progress = NULL
  WHERE j.status = 'failed'
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
    AND (%(tasks)s::text[] IS NULL OR j.task_name = ANY(%(tasks)s::text[]))
@@ -639,8 +660,9 @@ SELECT count(*) FROM (
 -- name: job_detail
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, claims,
        handbacks, nullif(run_at, 'infinity'), created_at, locked_by, locked_at, expires_at,
-       finished_at, unique_key, group_key, schedule, scheduled_at, abort_requested_at, last_error,
-       args::text, result::text
+       started_at, finished_at, unique_key, group_key, schedule, scheduled_at,
+       abort_requested_at, last_error, args::text, result::text, progress::text, logs::text,
+       history::text, clock_timestamp()
   FROM asyncq_jobs
  WHERE id = %(id)s
 
@@ -826,7 +848,8 @@ DELETE FROM asyncq_rate_starts;
 DELETE FROM asyncq_result_listeners;
 DELETE FROM asyncq_steps;
 DELETE FROM asyncq_waits;
-DELETE FROM asyncq_events
+DELETE FROM asyncq_events;
+DELETE FROM asyncq_workers
 
 -- name: database_exists
 -- The embedded server: whether a project's database is there.
@@ -919,3 +942,48 @@ SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
        (SELECT count(*) FROM asyncq_waits w WHERE w.job_id = j.id)
   FROM asyncq_jobs j
  WHERE j.id = %(id)s
+
+
+-- Workers (migration 0020): each has a row while it runs, refreshed every `beat`; a row
+-- not refreshed for three beats is a worker that died.
+
+-- name: worker_started
+INSERT INTO asyncq_workers AS w (id, host, pid, version, app, queues, concurrency, beat)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(app)s, %(queues)s::text[], %(concurrency)s,
+        %(beat)s::interval)
+ON CONFLICT (id) DO UPDATE SET seen_at = now()
+RETURNING w.started_at
+
+-- name: worker_seen
+-- A worker's row refreshed (written again if the maintenance deleted it meanwhile: a
+-- worker frozen for long), with how many it runs now; and how many workers are live and
+-- how many dead by their rows (this one counted live).
+WITH seen AS (
+    INSERT INTO asyncq_workers AS w (id, host, pid, version, app, queues, concurrency, beat,
+                                     running, started_at)
+    VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(app)s, %(queues)s::text[],
+            %(concurrency)s, %(beat)s::interval, %(running)s,
+            coalesce(%(started)s::timestamptz, now()))
+    ON CONFLICT (id) DO UPDATE SET running = excluded.running, seen_at = now()
+)
+SELECT 1 + count(*) FILTER (WHERE o.seen_at > now() - 3 * o.beat),
+       count(*) FILTER (WHERE o.seen_at <= now() - 3 * o.beat)
+  FROM asyncq_workers o
+ WHERE o.id <> %(id)s
+
+-- name: worker_stopped
+DELETE FROM asyncq_workers WHERE id = %(id)s
+
+-- name: list_workers
+-- Every worker's row, live ones first, with whether it is live (refreshed within three
+-- beats) and how long ago it was last refreshed, by the database's clock.
+SELECT id, host, pid, version, app, queues, concurrency, running, started_at, seen_at,
+       extract(epoch FROM beat)::float8, seen_at > now() - 3 * beat,
+       greatest(extract(epoch FROM now() - seen_at), 0)::float8
+  FROM asyncq_workers
+ ORDER BY seen_at > now() - 3 * beat DESC, host, started_at, id
+
+-- name: prune_workers
+-- The rows of workers not seen for %(after)s (and at least three beats): they died.
+DELETE FROM asyncq_workers
+ WHERE seen_at < now() - %(after)s::interval AND seen_at < now() - 3 * beat

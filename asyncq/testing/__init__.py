@@ -388,7 +388,8 @@ class InlineJob:
     the table would keep. ``steps`` are the results its steps recorded, by name and
     number (asyncq's own too: a sleep's ``asyncq.sleep``, a wait's ``asyncq.wait:<key>``,
     the children's ids under ``asyncq.spawn:<task>``); ``parent_id`` the job that
-    spawned it; ``claims`` its runs, suspended ones included."""
+    spawned it; ``claims`` its runs, suspended ones included; ``progress`` what its task
+    reported last (``ctx.progress``), as the row keeps it."""
 
     id: int
     task_name: str
@@ -411,6 +412,7 @@ class InlineJob:
     after: tuple[int, ...] = ()
     on_parent_failure: str = "cancel"
     stored_steps: dict[tuple[str, int], str] = field(default_factory=dict)
+    progress: dict[str, Any] | None = None
     # Queued for a retry or a snooze, or from synchronous code under an event loop: it
     # waits for `drain` (a worker would wait for its run_at), not for the next defer.
     due_later: bool = False
@@ -905,6 +907,9 @@ class _InlineGateway:
 
     def lost(self, job: Job, why: str) -> None:
         pass  # never: an inline job has no lease
+
+    def report_progress(self, job: Job, progress: str) -> None:
+        self.record.progress = codec.decode(progress)
 
 
 def _until(step: str) -> datetime | None:

@@ -1,18 +1,25 @@
 """The worker's side of its jobs' workflows (`asyncq.workflow.Gateway`): steps' checkpoints
-written in batches, and the other writes of a running job (a sleep, a wait, children)
-one statement each, all fenced by the job's claim.
+written in batches, the progress tasks report, and the other writes of a running job (a
+sleep, a wait, children) one statement each, all fenced by the job's claim.
 
 A step's checkpoint waits in a batch: those that arrive while a write is in flight go
 together in the next one, so that the steps of many jobs that end at once cost one round
 trip; a lone step is written at once. A transient error is retried (a write whose answer
 was lost is found written: 'exists'). A job suspended, or whose lease is lost, is no
 longer held by the dispatcher (`release`), so that the heartbeat stops renewing it.
+
+Progress (``ctx.progress``) is coalesced: each job's latest report waits in `reported`,
+and one statement writes the reports of every job that has a new one, at most every
+`PROGRESS_EVERY` seconds. A report not written when its attempt ends is taken by the
+runner (`take_progress`) and written with the attempt's outcome; one whose job is no
+longer this attempt's is refused by the fence, and dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from functools import partial
@@ -32,6 +39,7 @@ from asyncq.worker.services import retrying
 from asyncq.workflow import Ending, Spawn, Wait
 
 MAX_BATCH = 1000
+PROGRESS_EVERY = 0.25
 
 
 class _Pending:
@@ -72,11 +80,26 @@ class Checkpoints:
         self._lost = lost
         self._pending: list[_Pending] = []
         self._arrived = asyncio.Event()
+        # The latest progress of each running attempt, by (job id, claim), until it ends;
+        # the attempts with a report not yet written; and how to wake the writer.
+        self.reported: dict[tuple[int, int], str] = {}
+        self._unwritten: dict[tuple[int, int], Job] = {}
+        self._lock = threading.Lock()
+        self._reports = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     # -- the service: batched checkpoints ----------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._write_progress_often)
+            task_status.started()
+            await self._write_steps()
+
+    async def _write_steps(self) -> None:
         try:
             while True:
                 if not self._pending:
@@ -112,6 +135,52 @@ class Checkpoints:
             outcome = found.get((step.job.id, step.name, step.seq), ("lost", None))
             if not step.done.done():
                 step.done.set_result(outcome)
+
+    # -- progress ------------------------------------------------------------------------
+
+    def report_progress(self, job: Job, progress: str) -> None:
+        key = (job.id, job.claim)
+        with self._lock:
+            self.reported[key] = progress
+            self._unwritten[key] = job
+        loop = self._loop
+        if threading.get_ident() == self._loop_thread:
+            self._reports.set()
+        elif loop is not None:  # a plain def task's thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
+                loop.call_soon_threadsafe(self._reports.set)
+
+    def take_progress(self, job: Job) -> str | None:
+        """The latest progress of ``job``'s attempt, which has ended, unless none was
+        reported: to write with its outcome (it may be written already)."""
+        key = (job.id, job.claim)
+        with self._lock:
+            self._unwritten.pop(key, None)
+            return self.reported.pop(key, None)
+
+    async def _write_progress_often(self) -> None:
+        while True:
+            await self._reports.wait()
+            self._reports.clear()
+            with self._lock:
+                unwritten, self._unwritten = self._unwritten, {}
+                batch = [
+                    (job, self.reported[key])
+                    for key, job in unwritten.items()
+                    if key in self.reported
+                ]
+            if batch:
+                await retrying(self.name, partial(self._write_progress, batch), self.observer)
+            await anyio.sleep(PROGRESS_EVERY)
+
+    async def _write_progress(self, batch: list[tuple[Job, str]]) -> None:
+        async with pools.connection(self.pool) as conn:
+            await self.store.write_progress(
+                conn,
+                worker=self.worker,
+                jobs=[job for job, _ in batch],
+                progress=[text for _, text in batch],
+            )
 
     # -- the gateway ---------------------------------------------------------------------
 

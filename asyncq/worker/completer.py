@@ -83,7 +83,12 @@ class Completer:
             self.observer.finished_many([outcome], "waiting")
             self.on_written([outcome.job])
             return
-        if outcome.kind is DONE and outcome.result is None:
+        if (
+            outcome.kind is DONE
+            and outcome.result is None
+            and outcome.logs is None
+            and outcome.progress is None
+        ):
             self._plain.append(outcome)
         else:
             self._pending.append(outcome)
@@ -210,15 +215,27 @@ class Completer:
         """Write outcomes of one kind; the new status of each job this worker still owned."""
         jobs = [o.job for o in outcomes]
         store, worker = self.store, self.worker
+        # What the attempts logged, and the progress they reported last: the plain path's
+        # outcomes have neither.
+        logs = progress = None
+        if any(o.logs is not None or o.progress is not None for o in outcomes):
+            logs = [o.logs for o in outcomes]
+            progress = [o.progress for o in outcomes]
         if kind is Kind.DONE:
             results = [o.result for o in outcomes]
-            done = await store.mark_done(conn, worker=worker, jobs=jobs, results=results)
+            done = await store.mark_done(
+                conn, worker=worker, jobs=jobs, results=results, logs=logs, progress=progress
+            )
             return dict.fromkeys(done, "done")
         if kind is Kind.SNOOZE:
             after = [o.delay for o in outcomes]
-            return await store.mark_snoozed(conn, worker=worker, jobs=jobs, after=after)
+            return await store.mark_snoozed(
+                conn, worker=worker, jobs=jobs, after=after, logs=logs, progress=progress
+            )
         if kind is Kind.CANCEL:
-            return await store.mark_cancelled(conn, worker=worker, jobs=jobs)
+            return await store.mark_cancelled(
+                conn, worker=worker, jobs=jobs, logs=logs, progress=progress
+            )
         if kind is Kind.GIVE_BACK:
             return await store.give_back(
                 conn,
@@ -226,10 +243,17 @@ class Completer:
                 jobs=jobs,
                 errors=[self.storable(o.error or "") for o in outcomes],
                 delay=outcomes[0].delay,
+                logs=logs,
+                progress=progress,
             )
         if kind is Kind.RELEASE:
             return await store.release(
-                conn, worker=worker, jobs=jobs, free_handbacks=FREE_HANDBACKS
+                conn,
+                worker=worker,
+                jobs=jobs,
+                free_handbacks=FREE_HANDBACKS,
+                logs=logs,
+                progress=progress,
             )
         return await store.mark_failed(
             conn,
@@ -238,6 +262,8 @@ class Completer:
             retry_in=[o.delay for o in outcomes],
             errors=[self.storable(o.error or "") for o in outcomes],
             give_up=[o.kind is Kind.FAIL for o in outcomes],
+            logs=logs,
+            progress=progress,
         )
 
     def _written(self, batch: Sequence[Outcome], statuses: dict[int, str]) -> None:
@@ -274,11 +300,13 @@ class Completer:
 
     async def _refused(self, outcome: Outcome, error: Exception) -> None:
         job = outcome.job
-        if outcome.kind is Kind.DONE and outcome.result is not None:
+        if outcome.kind is Kind.DONE and (
+            outcome.result is not None or outcome.logs is not None or outcome.progress is not None
+        ):
             # The database refused the result (a character the server's encoding lacks,
-            # say): the job is done all the same, without it.
+            # say), or what the task logged: the job is done all the same, without them.
             why = f"the database refused it: {type(error).__name__}: {_first_line(error)}"
-            outcome = outcome._replace(result=None, unstored=why)
+            outcome = outcome._replace(result=None, logs=None, progress=None, unstored=why)
             try:
                 statuses = await self._write_batch([outcome])
             except Exception as exc:

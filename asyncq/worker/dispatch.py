@@ -47,7 +47,7 @@ from asyncq.job import Job, running_job
 from asyncq.worker.executor import Executor, RunnableTask
 from asyncq.worker.handoff import Handoff
 from asyncq.worker.observer import Observer
-from asyncq.worker.outcomes import DONE, Outcome, Stop, decide
+from asyncq.worker.outcomes import DONE, Kind, Outcome, Stop, decide
 from asyncq.worker.settings import FENCE_AFTER, STOP_DEADLINE
 from asyncq.worker.slots import Slots
 from asyncq.worker.tick import Tick
@@ -57,6 +57,14 @@ logger = logging.getLogger(__name__)
 # The outcome of nearly every attempt, done with nothing to store, is made by tuple's
 # own __new__ with every field in order (Outcome's is Python code).
 new_tuple = tuple.__new__
+
+Notes = Mapping[tuple[int, int], object]
+"""Attempts that leave something beside their outcome, by (job id, claim): what their
+tasks logged, the progress they reported."""
+
+
+def _no_notes(job: Job) -> tuple[str | None, str | None]:
+    return None, None
 
 
 class State(enum.Enum):
@@ -87,8 +95,16 @@ class Dispatcher:
         observer: Observer,
         lease: float,
         unknown: Callable[[str], None] = lambda task_name: None,
+        logged: Notes | None = None,
+        reported: Notes | None = None,
+        take_notes: Callable[[Job], tuple[str | None, str | None]] = _no_notes,
     ) -> None:
         self.concurrency = concurrency
+        # What the attempts logged and the progress they reported, taken as each ends
+        # (`take_notes`: the JSON of both), looked for only while there is some.
+        self.logged: Notes = {} if logged is None else logged
+        self.reported: Notes = {} if reported is None else reported
+        self.take_notes = take_notes
         self.unknown = unknown  # told the name of a task this worker does not know
         self.tasks = tasks
         self.executor = executor
@@ -261,6 +277,22 @@ class Dispatcher:
     def attempts(self) -> list[Attempt]:
         return list(self.held.values())
 
+    def running_now(self, job: Job) -> bool:
+        """Whether the attempt of ``job`` by its claim runs here now."""
+        attempt = self.held.get(job.id)
+        return (
+            attempt is not None
+            and attempt.job.claim == job.claim
+            and attempt.state is State.RUNNING
+        )
+
+    def _noted(self, job: Job, outcome: Outcome | None) -> Outcome | None:
+        """``outcome`` with what its attempt logged and the progress it reported last."""
+        logs, progress = self.take_notes(job)
+        if outcome is None or (logs is None and progress is None) or outcome.kind is Kind.SUSPEND:
+            return outcome  # nothing to write (a suspension wrote its own row already)
+        return outcome._replace(logs=logs, progress=progress)
+
     # -- runners ----------------------------------------------------------------------
 
     async def _runner(self) -> None:
@@ -277,6 +309,7 @@ class Dispatcher:
         set_job, reset_job = running_job.set, running_job.reset
         tick = self.tick
         loop = self._loop
+        logged, reported = self.logged, self.reported
         running, ended_state = State.RUNNING, State.ENDED  # looked up once, as DONE is
         while not self._closed:
             attempt = take() if waiting else await queue.get()
@@ -323,7 +356,9 @@ class Dispatcher:
                 slots.ran(duration)
                 stop = attempt.stop
                 if error is None and result is None and stop is None:
-                    outcome = new_tuple(Outcome, (job, DONE, None, 0.0, None, None, duration))
+                    outcome = new_tuple(
+                        Outcome, (job, DONE, None, 0.0, None, None, duration, None, None)
+                    )
                 else:
                     outcome = decide(
                         job, task, result=result, error=error, stop=stop, duration=duration
@@ -331,6 +366,8 @@ class Dispatcher:
             if ended is not None:
                 ended(outcome, error, stop)
             attempt.state = ended_state
+            if logged or reported:
+                outcome = self._noted(job, outcome)
             if self._stopping:
                 self._ended.set()
             if outcome is None or self._closed:

@@ -73,9 +73,9 @@ class Executor:
 
     async def _run_wrapped(self, job: Job, task: RunnableTask | None) -> Any:
         stop = threading.Event() if task is not None and task.blocking else None
-        # A plain def task runs in a thread, which cannot suspend its job: no workflow.
-        gateway = self.gateway if stop is None else None
-        token = running_job.set((job, self.worker, stop, gateway))
+        # A plain def task runs in a thread, which cannot suspend its job: its context has
+        # no workflow (`job_context`), only its progress.
+        token = running_job.set((job, self.worker, stop, self.gateway))
         try:
             if task is None:
                 raise TaskNotFound(

@@ -82,6 +82,10 @@ class Observer:
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         """The jobs by queue and state, sampled by one worker at a time."""
 
+    def workers(self, live: int, dead: int) -> None:
+        """The workers listed in asyncq_workers: live ones (this one too), and dead ones
+        (their rows not refreshed for three beats), seen as this worker refreshed its own."""
+
     def running(self, job: Job) -> AttemptEnded | None:
         """An attempt of ``job`` starts, in the context its task runs in: a context
         variable set here (a span made current) is seen by the task and by what it calls.
@@ -160,6 +164,10 @@ class Observers(Observer):
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         for o in self.observers:
             o.queue_depth(queues)
+
+    def workers(self, live: int, dead: int) -> None:
+        for o in self.observers:
+            o.workers(live, dead)
 
     @property
     def watches_attempts(self) -> bool:

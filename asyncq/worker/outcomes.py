@@ -59,6 +59,8 @@ class Outcome(NamedTuple):
     result: str | None = None  # DONE: what the task returned, as JSON text; None stores none
     unstored: str | None = None  # DONE: why what the task returned is not stored
     duration: float = 0.0  # seconds the attempt ran
+    logs: str | None = None  # what the task logged in the attempt, as JSON (log_capture)
+    progress: str | None = None  # the progress it reported last, as JSON, if not yet written
 
 
 class Stop(enum.Enum):

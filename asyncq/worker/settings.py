@@ -114,6 +114,17 @@ def _port(value: Any, name: str) -> int | None:
     return None if value is None else _int(1, 65_535)(value, name)
 
 
+CAPTURE_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "off")
+
+
+def _capture_level(value: Any, name: str) -> str:
+    text = value.strip() if isinstance(value, str) else value
+    for level in CAPTURE_LEVELS:
+        if isinstance(text, str) and text.lower() == level.lower():
+            return level
+    raise ConfigurationError(f"{name} must be one of {', '.join(CAPTURE_LEVELS)}, not {value!r}")
+
+
 def _host(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise ConfigurationError(f"{name} must be a host name or address, not {value!r}")
@@ -224,6 +235,14 @@ class WorkerSettings:
         metavar="HOST",
         help="the address the metrics are served on",
     )
+    log_capture: str = option(
+        "INFO",
+        _capture_level,
+        "--log-capture",
+        metavar="LEVEL",
+        help="keep what a task logs at this level or above (as far as the logging"
+        " configuration lets it through) with its attempt; off: keep nothing",
+    )
     drain: bool = option(
         False,
         _flag,
@@ -238,6 +257,9 @@ class WorkerSettings:
     unknown_interval: float = 30.0
     prune_interval: float = 60.0
     depth_interval: float = 15.0
+    presence_interval: float = 5.0  # how often the worker's row in asyncq_workers is refreshed
+    workers_interval: float = 60.0  # the maintenance's look for rows of workers that died
+    app_path: str | None = None  # MODULE:APP, as `asyncq worker` was given it
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -270,6 +292,7 @@ class WorkerOptions(TypedDict, total=False):
     listener_health_timeout: float
     metrics_port: int | None
     metrics_host: str
+    log_capture: str
     drain: bool
     handle_signals: bool
 

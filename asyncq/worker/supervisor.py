@@ -25,6 +25,7 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+import asyncq
 from asyncq import migrate, pools
 from asyncq.errors import ConfigurationError, PreparedStatementsRefused, SchemaNotMigrated
 from asyncq.job import Job
@@ -39,6 +40,7 @@ from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.executor import Executor, Middleware, RunnableTask
 from asyncq.worker.heartbeat import Heartbeat
 from asyncq.worker.listener import Listener
+from asyncq.worker.logcapture import LogCapture, level_of
 from asyncq.worker.maintenance import Maintainer
 from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
@@ -46,6 +48,7 @@ from asyncq.worker.maintenance.rescuer import Rescuer
 from asyncq.worker.maintenance.scheduler import Scheduler
 from asyncq.worker.maintenance.unknown import UnknownTasks
 from asyncq.worker.maintenance.wakeups import LostWakeups
+from asyncq.worker.maintenance.workers import DeadWorkers
 from asyncq.worker.observer import (
     Counts,
     LogObserver,
@@ -55,6 +58,7 @@ from asyncq.worker.observer import (
     WorkerStats,
 )
 from asyncq.worker.pool_check import PoolCheck
+from asyncq.worker.presence import Presence
 from asyncq.worker.producer import Producer
 from asyncq.worker.services import Service, start_all
 from asyncq.worker.settings import WorkerSettings
@@ -122,10 +126,11 @@ class Worker:
             self.conninfo,
             min_size=loops + 1,
             # the claim loops, the completer, heartbeat, maintenance, one more (the
-            # scheduler's, for the moments a slot is due), and two for the workflows'
-            # writes (their batched checkpoints, and a job's sleep, wait or children);
-            # without a LISTEN connection, one for the polled aborts
-            max_size=loops + 6 + (self.listen_conninfo is None),
+            # scheduler's, for the moments a slot is due), two for the workflows'
+            # writes (their batched checkpoints, and a job's sleep, wait or children),
+            # one for the progress tasks report and the worker's own row; without a
+            # LISTEN connection, one for the polled aborts
+            max_size=loops + 7 + (self.listen_conninfo is None),
             kwargs=self._kwargs_for("worker"),
             configure=None if self.limits else self._warm_claim,
             open=False,
@@ -172,6 +177,21 @@ class Worker:
             release=lambda job: dispatcher.let_go(job),
             lost=lambda job, why: dispatcher.lost_by_attempt(job, why),
         )
+        capture_level = level_of(settings.log_capture)
+        capture = (
+            None
+            if capture_level is None
+            else LogCapture(
+                worker=self.id,
+                level=capture_level,
+                running=lambda job: dispatcher.running_now(job),
+            )
+        )
+
+        def take_notes(job: Job) -> tuple[str | None, str | None]:
+            logs = None if capture is None else capture.take(job)
+            return logs, checkpoints.take_progress(job)
+
         dispatcher = Dispatcher(
             concurrency=settings.concurrency,
             tasks=self.tasks,
@@ -187,6 +207,9 @@ class Worker:
             observer=observer,
             lease=settings.lease,
             unknown=lambda task_name: producer.skip.add(task_name),
+            logged=None if capture is None else capture.logs,
+            reported=checkpoints.reported,
+            take_notes=take_notes,
         )
         self._running = lambda: sum(1 for a in dispatcher.attempts() if a.state is not State.ENDED)
         producer = Producer(
@@ -278,6 +301,7 @@ class Worker:
                         interval=settings.prune_interval,
                         retention=settings.retention,
                     ),
+                    DeadWorkers(store=self.store, interval=settings.workers_interval),
                     *(
                         [
                             DepthSampler(
@@ -290,6 +314,20 @@ class Worker:
                         else []
                     ),
                 ],
+                observer=observer,
+            ),
+            Presence(
+                pool=pool,
+                store=self.store,
+                worker=self.id,
+                version=asyncq.__version__,
+                app=settings.app_path,
+                queues=settings.queues,
+                concurrency=settings.concurrency,
+                interval=settings.presence_interval,
+                running=lambda: sum(
+                    1 for a in dispatcher.held.values() if a.state is State.RUNNING
+                ),
                 observer=observer,
             ),
             PoolCheck(pool=self.app_pool, observer=observer),
@@ -314,6 +352,8 @@ class Worker:
         try:
             async with anyio.create_task_group() as running:
                 await start_all(running, services)
+                if capture is not None:
+                    capture.install()
                 dispatcher.start()
                 observer.started(
                     WorkerInfo(
@@ -345,6 +385,8 @@ class Worker:
                 raise
             raise refused from refused.__cause__
         finally:
+            if capture is not None:
+                capture.remove()
             threads.close()
             if restore:
                 restore()

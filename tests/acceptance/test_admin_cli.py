@@ -75,7 +75,9 @@ def test_jobs_job_and_queues_show_what_the_table_holds(db, workers: Workers) -> 
 
     one = workers.cli("job", APP, str(failed[0]), "--json")
     detail = json.loads(one.stdout)
-    assert detail["args"] == {"tag": 1} and detail["attempts"] == detail["max_attempts"]
+    assert detail["args"] == {"tag": 1} and detail["attempts_used"] == detail["max_attempts"]
+    retries = ["retried"] * (detail["max_attempts"] - 1)
+    assert [a["outcome"] for a in detail["attempts"]] == [*retries, "failed"]
     assert "job 1 fails on purpose" in detail["last_error"]
     text = workers.cli("job", APP, str(failed[0])).stdout
     assert "Traceback (most recent call last)" in text

@@ -167,6 +167,11 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
 
     ids = anyio.run(produce)
 
+    async def produce_one() -> list[int]:
+        app, tasks = producer_app(cluster.producer)
+        async with app:
+            return [await tasks["ok"].defer(token=SECRET)]
+
     # ... and can do nothing else.
     producer, jobs = cluster.producer, "asyncq.asyncq_jobs"
     assert denied(producer, f"SELECT args FROM {jobs}")
@@ -281,6 +286,14 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     assert requeued.stdout.strip() == f"requeued 1 jobs: {fixed}"
     drain(workers.env(ASYNCQ_DSN=cluster.worker, HARNESS_SCHEMA=SCHEMA, HARNESS_FIXED="1"))
     assert outcome_of(cluster.owner, fixed) == ("done", 1)
+
+    # Without its rights on asyncq_workers a worker still runs its jobs, unlisted.
+    cluster.run_as(cluster.owner, "REVOKE ALL ON asyncq.asyncq_workers FROM asyncq_worker")
+    [unlisted_job] = anyio.run(produce_one)
+    unlisted = drain(worker_env)
+    assert outcome_of(cluster.owner, unlisted_job) == ("done", 1)
+    assert "is not listed by `asyncq workers`" in unlisted, unlisted
+    assert "Traceback" not in unlisted
 
     # What the worker cannot do.
     worker = cluster.worker

@@ -53,6 +53,10 @@ def test_a_worker_serves_its_metrics(db, workers: Workers) -> None:
     assert found[("asyncq_attempt_duration_seconds_count", (("task", NOOP),))] == 20
     assert found[("asyncq_claim_duration_seconds_count", ())] >= 1
     assert found[("asyncq_queue_jobs", (("queue", "held"), ("state", "ready")))] == 5
+    # The workers listed in the database, as the worker saw them at its row's refresh.
+    live = ("asyncq_workers", (("state", "live"),))
+    wait_until(lambda: scrape(port).get(live) == 1, 15, "the worker to count itself")
+    assert scrape(port)[("asyncq_workers", (("state", "dead"),))] == 0
 
 
 def test_a_bad_metrics_port_is_a_one_line_error(workers: Workers) -> None:

@@ -113,6 +113,21 @@ async def test_metrics_show_the_queue_depth(client: httpx.AsyncClient, job: Job)
     assert 'asyncq_queue_jobs{queue="odd \\"queue\\"\\\\",state="ready"} 1' in found.text
     assert 'asyncq_queue_jobs{queue="mail",state="failed"} 1' in found.text
     assert 'asyncq_queue_paused{queue="mail"} 0' in found.text
+    assert 'asyncq_workers{state="live"} 0' in found.text
+
+
+async def test_metrics_count_the_workers_live_and_dead(
+    client: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    db.execute(
+        "INSERT INTO asyncq_workers (id, host, pid, version, concurrency, beat, seen_at)"
+        " VALUES ('a:1:x', 'a', 1, '0.1.0', 10, '5 s', now()),"
+        "        ('b:2:y', 'b', 2, '0.1.0', 10, '5 s', now()),"
+        "        ('c:3:z', 'c', 3, '0.1.0', 10, '5 s', now() - interval '1 min')"
+    )
+    found = (await client.get("/metrics")).text
+    assert 'asyncq_workers{state="live"} 2' in found
+    assert 'asyncq_workers{state="dead"} 1' in found
 
 
 async def test_the_stylesheet_is_served(client: httpx.AsyncClient) -> None:

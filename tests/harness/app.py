@@ -18,6 +18,7 @@ before any other part of the worker runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -396,6 +397,28 @@ async def wf_fenced(kind: str, gate: str, key: str = "") -> object:
     return done
 
 
+# -- what operators look at -------------------------------------------------------------
+
+_log = logging.getLogger("harness.reporting")
+
+
+@app.task(retry=AT_ONCE)
+async def reporting(fail_first: int = 0, gate: str = "") -> str:
+    """Logs a line, reports progress and fails its first ``fail_first`` attempts; with
+    ``gate``, waits for that file to exist before it ends (its progress is on the row)."""
+    record("start")
+    ctx = asyncq.current_job()
+    _log.info("attempt %d starts", ctx.attempt)
+    ctx.progress(0.5, f"half of attempt {ctx.attempt}")
+    if gate:
+        await _gate(gate)
+    if ctx.attempt <= fail_first:
+        raise LookupError(f"attempt {ctx.attempt} fails on purpose")
+    ctx.progress(1.0, "done")
+    record("end")
+    return "reported"
+
+
 APP = "tests.harness.app:app"
 
 
@@ -413,6 +436,7 @@ KILL_OWN_WORKER, FREEZE_THEN, STUBBORN = kill_own_worker.name, freeze_then.name,
 HOLD_CONNECTION, TAKES = hold_connection.name, takes.name
 SLEEP_IN_THREAD = sleep_in_thread.name
 SLOW_ECHO = slow_echo.name
+REPORTING = reporting.name
 ECHO, UNSTORABLE = echo.name, unstorable.name
 RAISE_SYSTEM_EXIT, RAISE_KEYBOARD_INTERRUPT = raise_system_exit.name, raise_keyboard_interrupt.name
 GUARDED = [name for name in app.tasks if name.startswith("guarded.")]

@@ -40,7 +40,12 @@ CALLS = {
     "asyncq_mark_done_results": [f"'w', {IDS}, {CLAIMS}, array_fill('1'::text, ARRAY[10])"],
     "asyncq_mark_failed": [
         f"'w', {IDS}, {CLAIMS}, array_fill(1.0::float8, ARRAY[10]),"
-        " array_fill('boom'::text, ARRAY[10]), array_fill(false, ARRAY[10])"
+        " array_fill('boom'::text, ARRAY[10]), array_fill(false, ARRAY[10])",
+        # With what the attempts logged and reported (migration 0020).
+        f"'w', {IDS}, {CLAIMS}, array_fill(1.0::float8, ARRAY[10]),"
+        " array_fill('boom'::text, ARRAY[10]), array_fill(false, ARRAY[10]),"
+        """ array_fill('{"records": [], "dropped": 0}'::text, ARRAY[10]),"""
+        """ array_fill('{"count": 3}'::text, ARRAY[10])""",
     ],
     "asyncq_mark_snoozed": [f"'w', {IDS}, {CLAIMS}, array_fill(1.0::float8, ARRAY[10])"],
     "asyncq_mark_cancelled": [f"'w', {IDS}, {CLAIMS}"],
@@ -79,6 +84,17 @@ CALLS = {
     "asyncq_cancel": ["'{1,2}'::bigint[]"],
     "asyncq_retry": ["1, 's'"],
     "asyncq_prune_events": ["'1 day', 10"],
+    # Attempts, progress and logs (migration 0020).
+    "asyncq_mark_done_with": [
+        f"'w', {IDS}, {CLAIMS}, array_fill(NULL::text, ARRAY[10]),"
+        """ array_fill('{"records": [], "dropped": 0}'::text, ARRAY[10]),"""
+        """ array_fill('{"fraction": 1.0}'::text, ARRAY[10])"""
+    ],
+    "asyncq_write_progress": [
+        f"""'w', {IDS}, {CLAIMS}, array_fill('{{"count": 3}}'::text, ARRAY[10])"""
+    ],
+    "asyncq_attempt_record": ["1, 'w', now(), now(), now(), 'retried', 'boom', NULL, NULL"],
+    "asyncq_history_append": ["NULL, '{}'::jsonb"],
 }
 # The overviews: they count every job of a state but done, through that state's index.
 COUNTS = ("asyncq_queue_overview", "asyncq_queue_states")
@@ -188,7 +204,7 @@ def generic_plans(db: psycopg.Connection[Any], function: str, arguments: str) ->
     assert found, f"{function} has no statement"
     plans = []
     with db.transaction(force_rollback=True):
-        for setting in settings:
+        for setting in settings or []:  # an SQL function has none
             key, _, value = setting.partition("=")
             db.execute("SELECT set_config(%s, %s, true)", [key, value])
         for number, statement in enumerate(found):

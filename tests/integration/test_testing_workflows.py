@@ -257,6 +257,23 @@ async def test_inline_steps_run_once_and_are_kept_across_a_retry() -> None:
     assert ran == ["charge"]
 
 
+@app.task(name="wf.reports")
+def reports(rows: int) -> None:
+    current_job().progress(rows, "rows imported")
+
+
+async def test_inline_a_task_s_progress_is_kept_on_its_job() -> None:
+    with inline(app) as queue:
+        await reports.defer(rows=7)
+    [job] = queue.jobs
+    assert job.progress is not None
+    assert (job.progress["count"], job.progress["message"], job.progress["attempt"]) == (
+        7,
+        "rows imported",
+        1,
+    )
+
+
 async def test_inline_sleeps_are_moved_forward_and_the_job_runs_again() -> None:
     with inline(app) as queue:
         await sleeper.defer()

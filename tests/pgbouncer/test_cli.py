@@ -73,7 +73,8 @@ def test_a_worker_and_the_admin_commands(db: Any, workers: Workers, ledger: Ledg
     listing = ok(workers.cli("jobs", APP, "--status", "failed"))
     assert f"{failed} " in listing and "RuntimeError" in listing
     one = json.loads(ok(workers.cli("job", APP, str(failed), "--json")))
-    assert (one["id"], one["status"], one["attempts"]) == (failed, "failed", 3)
+    assert (one["id"], one["status"], one["attempts_used"]) == (failed, "failed", 3)
+    assert [a["outcome"] for a in one["attempts"]] == ["retried", "retried", "failed"]
     lines = ok(workers.cli("queues", APP, "--json")).splitlines()
     queues = {q["name"]: q for q in map(json.loads, lines)}
     assert queues["risky"]["failed"] == 1

@@ -23,6 +23,7 @@ COMMANDS = {
     "resume": ["m:app", "q"],
     "jobs": ["m:app"],
     "job": ["m:app", "1"],
+    "workers": ["m:app"],
     "queues": ["m:app"],
     "stats": ["m:app"],
     "prune": ["m:app"],

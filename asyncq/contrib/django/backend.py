@@ -270,7 +270,7 @@ def task_result(detail: JobDetail) -> TaskResult[Any, Any]:
         errors.append(
             runner.task_error(f"Cancelled: job {detail.id} was cancelled before it ended")
         )
-    attempted = detail.locked_at if detail.attempts > 0 else None
+    attempted = detail.locked_at if detail.attempts_used > 0 else None
     enqueued = stored.get("enqueued_at")
     result: TaskResult[Any, Any] = TaskResult(
         task=django_task,
@@ -284,7 +284,7 @@ def task_result(detail: JobDetail) -> TaskResult[Any, Any]:
         kwargs=stored.get("kwargs", {}),
         backend=django_task.backend,
         errors=errors,
-        worker_ids=runner.worker_ids(detail.attempts, detail.locked_by),
+        worker_ids=runner.worker_ids(detail.attempts_used, detail.locked_by),
     )
     if detail.status == "done":
         object.__setattr__(result, "_return_value", detail.result)
