@@ -7,7 +7,7 @@ DJANGO_PYTHON ?= python3.12
 DJANGO_VENV ?= .venv-django
 PATHS := asyncq tests examples
 
-.PHONY: help install test test-django lint fmt typecheck check example docs ci clean
+.PHONY: help install test test-django lint fmt typecheck check example docs samples ci clean
 
 help:
 	@echo "make install    virtualenv in $(VENV) with asyncq[embedded,test], editable"
@@ -19,6 +19,7 @@ help:
 	@echo "make check      lint, typecheck and test"
 	@echo "make example    run examples/quickstart.py"
 	@echo "make docs       the documentation site: mkdocs build --strict (site/)"
+	@echo "make samples    rewrite the sample outputs of README.md and docs/ from new runs"
 	@echo "make ci         what CI runs, in a fresh .ci-venv"
 
 install:
@@ -54,6 +55,10 @@ example:
 docs:
 	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/mkdocs build --strict
+
+# The outputs the pages show, from real runs (tests/samples.py); the tests compare them.
+samples:
+	$(BIN)/python -m tests.samples --write
 
 ci:
 	bash .ci/run

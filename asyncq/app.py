@@ -97,7 +97,7 @@ class App:
     each attempt of the App's workers, the attempt's span linked to the defer's (see
     `asyncq.tracing`); each job row carries its defer's trace context.
 
-    Behind PgBouncer in transaction mode (see the README, "PgBouncer"): ``listen_dsn``
+    Behind PgBouncer in transaction mode (docs/how-to/pgbouncer.md): ``listen_dsn``
     sends the LISTEN connections (a worker's wake-ups, `result`'s notifications)
     straight to the server while everything else uses ``dsn``; ``listen=False`` opens
     none, and workers and `result` poll instead; ``prepare_threshold`` is psycopg's,

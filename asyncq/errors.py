@@ -63,7 +63,7 @@ class SchemaNotMigrated(AsyncqError):
 
 class PreparedStatementsRefused(AsyncqError):
     """The server refused a prepared statement: behind PgBouncer in transaction mode, give
-    the App prepare_threshold=None (README, "PgBouncer")."""
+    the App prepare_threshold=None (the PgBouncer guide, docs/how-to/pgbouncer.md)."""
 
 
 class TaskNotFound(AsyncqError):

@@ -216,7 +216,7 @@ def asyncq_error(
         return PreparedStatementsRefused(
             f"the server refused a prepared statement ({said}): through PgBouncer in"
             " transaction mode, give the App prepare_threshold=None"
-            ' (README, "PgBouncer")'
+            " (the PgBouncer guide, docs/how-to/pgbouncer.md)"
         )
     return None
 

@@ -12,7 +12,7 @@ each transaction to whichever server connection is free, so a LISTEN through it 
 hear nothing. Without ``$ASYNCQ_LISTEN_DSN`` the App opens no LISTEN connection at all
 (``listen=False``): its worker and ``app.result`` poll. No prepared statements
 (``prepare_threshold=None``): a PgBouncer before 1.21, or without
-``max_prepared_statements``, cannot keep them (README, "PgBouncer").
+``max_prepared_statements``, cannot keep them (docs/how-to/pgbouncer.md).
 
 Migrates, defers jobs every way (one, gathered, many, in the caller's transaction),
 runs a worker in this process and waits for the results.

@@ -141,6 +141,7 @@ class DrainResult:
     waiting: tuple[WaitingJob, ...] = ()
 
     def add(self, stats: WorkerStats) -> DrainResult:
+        """This result with one more pass, whose worker's statistics are ``stats``."""
         return DrainResult(
             passes=self.passes + 1,
             claimed=self.claimed + stats.claimed,
@@ -419,13 +420,16 @@ class InlineJob:
 
     @property
     def args(self) -> dict[str, Any]:
+        """The arguments as the task gets them: the stored JSON, decoded."""
         return dict(codec.decode(self.stored_args))
 
     @property
     def steps(self) -> dict[tuple[str, int], Any]:
+        """The results its steps recorded, decoded, by (name, number)."""
         return {key: codec.decode(text) for key, text in self.stored_steps.items()}
 
     def as_deferred(self) -> DeferredJob:
+        """This job as the assertions see it (`deferred_jobs`)."""
         return DeferredJob(
             id=self.id,
             task_name=self.task_name,
@@ -440,6 +444,7 @@ class InlineJob:
         )
 
     def as_waiting(self) -> WaitingJob:
+        """This job as `drain` reports a job left waiting."""
         return WaitingJob(
             id=self.id,
             task_name=self.task_name,
@@ -472,14 +477,17 @@ class InlineQueue:
     _outcomes: Counter[Kind] = field(default_factory=Counter)
 
     def write(self, job: NewJob) -> Awaitable[int]:
+        """A ``defer`` on the App's pool: records the job (and runs it, with ``run``)."""
         return self._write(job, job.args)
 
     async def write_alone(
         self, job: NewJob, *, conn: AsyncConnection[Any] | None, unique_key: str | None
     ) -> int:
+        """A ``defer`` with ``conn`` or ``unique_key``: both are ignored inline."""
         return await self._write(job, job.args)
 
     async def write_many(self, jobs: NewJob, *, conn: AsyncConnection[Any] | None) -> list[int]:
+        """A ``defer_many``: one job per set of arguments, each as `write` does."""
         return [await self._write(jobs, codec.to_json(args)) for args in codec.decode(jobs.args)]
 
     async def write_after(
@@ -490,6 +498,8 @@ class InlineQueue:
         failure: str,
         conn: AsyncConnection[Any] | None,
     ) -> list[int]:
+        """A defer with ``after``: the jobs wait until those end, then run (or are
+        cancelled), as in the table."""
         live = [job_id for job_id in dict.fromkeys(after) if self._live(job_id)]
         records = []
         for args in codec.decode(jobs.args):
@@ -508,6 +518,8 @@ class InlineQueue:
     def write_sync(
         self, job: NewJob, *, conn: Connection[Any] | None, unique_key: str | None
     ) -> int:
+        """A ``defer_sync``: runs the job at once where no event loop runs, else leaves
+        it for `drain`."""
         # From synchronous code the job runs at once only where no event loop runs (a
         # script, a thread); under one (a sync function called by async code), it waits
         # for `drain` or `run_pending`.

@@ -19,7 +19,7 @@ from asyncq.codec import validate_name
 from asyncq.errors import ConfigurationError
 
 # A job handed back at shutdown does not count its attempt this many times; after that,
-# each hand-back counts (see the README, "Signals and grace").
+# each hand-back counts (docs/explanation/workers.md, "Signals and grace").
 FREE_HANDBACKS = 3
 # After the grace period, how long stopped jobs have to end before the worker leaves
 # those that do not (a task that swallows cancellation) to their lease.

@@ -2,8 +2,9 @@
 
 ``mkdocs build --strict`` turns the warnings logged here into a failed build, so a
 public class, function, method or property without a docstring fails CI. "Public" is
-what ``asyncq.__all__`` exports (and ``asyncq.dashboard.create_app``), and the public
-methods and properties of the classes among them. Read with griffe, as mkdocstrings
+what ``asyncq.__all__`` and ``asyncq.testing.__all__`` export (and
+``asyncq.dashboard.create_app``), and the public methods and properties of the classes
+among them. Read with griffe, as mkdocstrings
 reads it, so a dataclass's generated ``__doc__`` does not count as a docstring.
 """
 
@@ -38,13 +39,17 @@ def _missing(obj: Any, path: str) -> list[str]:
 def on_config(config: Any) -> Any:
     root = Path(config["config_file_path"]).parent  # asyncq/ sits beside mkdocs.yml
     package = griffe.load("asyncq", search_paths=[str(root)], resolve_aliases=True)
-    exported = package.members["__all__"].value
-    names = [str(n).strip("'\"") for n in getattr(exported, "elements", [])]
     missing: list[str] = []
-    for name in names:
-        if name.startswith("__"):
-            continue
-        missing += _missing(package.members[name], f"asyncq.{name}")
+    modules = [(package, "asyncq")]
+    if "testing" in package.members:
+        modules.append((package.members["testing"], "asyncq.testing"))
+    for module, prefix in modules:
+        exported = module.members["__all__"].value
+        names = [str(n).strip("'\"") for n in getattr(exported, "elements", [])]
+        for name in names:
+            if name.startswith("__"):
+                continue
+            missing += _missing(module.members[name], f"{prefix}.{name}")
     for path in EXTRA:
         missing += _missing(package[path.removeprefix("asyncq.")], path)
     for path in missing:

@@ -4,7 +4,7 @@ seen done; hostile values that must not run. Skipped, saying why, without Debian
 chromium (/usr/bin/chromium) or the playwright package.
 
 With ``$ASYNCQ_SCREENSHOTS`` set to a folder, the walk-through saves the main pages
-there as PNG (docs/screenshots holds the ones the README shows)."""
+there as PNG (docs/screenshots holds the ones docs/how-to/operate.md shows)."""
 
 from __future__ import annotations
 

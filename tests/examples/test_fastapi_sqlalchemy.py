@@ -122,8 +122,8 @@ def free_port() -> int:
 
 
 def test_uvicorn_and_an_asyncq_worker_process(dsn: str, fresh: None, tmp_path: Path) -> None:
-    """The README's way to run it: uvicorn serving the app, ``asyncq worker`` in a
-    process of its own, and HTTP requests over a socket."""
+    """The SQLAlchemy guide's way to run it: uvicorn serving the app, ``asyncq worker``
+    in a process of its own, and HTTP requests over a socket."""
     env = {k: v for k, v in os.environ.items() if k != "ASYNCQ_TEST_DSN"}
     env.update(ASYNCQ_DSN=dsn, PYTHONUNBUFFERED="1")
     port = free_port()

@@ -9,7 +9,7 @@ are small (``default_pool_size``, 2 unless told), so that one client's transacti
 land on different server connections: whatever asyncq kept in a session would show.
 Nothing else is configured: ``ignore_startup_parameters`` is empty and
 ``server_reset_query`` is left at its default (transaction mode does not run it).
-``extra`` settings replace the test's own (the README's, for its example).
+``extra`` settings replace the test's own (the PgBouncer guide's, for its example).
 
 As root, PgBouncer (which refuses to run as root) runs as ``nobody``, and its folder is
 ``nobody``'s. Its log (stderr) goes to ``pgbouncer.log`` in the folder. A server on a

@@ -71,8 +71,9 @@ def bounced_dsn(dsn: str, bouncer: PgBouncer) -> str:
 
 
 def bounced_app(bouncer: PgBouncer, dsn: str, *, listen: bool = True, **options: Any) -> asyncq.App:
-    """An App on ``dsn`` through PgBouncer as the README says: no prepared statements, and
-    its LISTEN connections straight to the server (or none, ``listen=False``)."""
+    """An App on ``dsn`` through PgBouncer as the PgBouncer guide says: no prepared
+    statements, and its LISTEN connections straight to the server (or none,
+    ``listen=False``)."""
     if listen:
         options.setdefault("listen_dsn", dsn)
     else:

@@ -1,7 +1,7 @@
 """The ``asyncq`` command through PgBouncer in transaction mode, as an operator runs it:
 ``migrate``, worker processes (listening straight to the server, or polling), and the
 admin commands ``jobs``, ``job``, ``queues``, ``stats``, ``requeue``, ``cancel``,
-``pause`` and ``resume``. The harness app is configured as the README says
+``pause`` and ``resume``. The harness app is configured as the PgBouncer guide says
 (``$HARNESS_PREPARE_THRESHOLD=none``, ``$HARNESS_LISTEN_DSN`` or ``$HARNESS_LISTEN=0``)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from tests.pgbouncer.conftest import start
 
 pytestmark = pytest.mark.anyio
 
-CURE = 'give the App prepare_threshold=None (README, "PgBouncer")'
+CURE = "give the App prepare_threshold=None (the PgBouncer guide, docs/how-to/pgbouncer.md)"
 
 
 def take(bouncer: PgBouncer, dsn: str) -> None:

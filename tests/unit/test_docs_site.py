@@ -31,10 +31,19 @@ def build(site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def copy_site(site: Path) -> None:
+    """What the site is built from: mkdocs.yml, docs/, asyncq/ (its docstrings and its
+    command's help), and the files of benchmarks/ that its page includes."""
+    shutil.copy(ROOT / "mkdocs.yml", site)
+    shutil.copytree(ROOT / "docs", site / "docs")
+    shutil.copytree(ROOT / "asyncq", site / "asyncq")
+    (site / "benchmarks").mkdir()
+    for name in ("README.md", "full-run.json", "throughput.png", "shape.png"):
+        shutil.copy(ROOT / "benchmarks" / name, site / "benchmarks")
+
+
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "mkdocs.yml", tmp_path)
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    shutil.copytree(ROOT / "asyncq", tmp_path / "asyncq")
+    copy_site(tmp_path)
     assert build(tmp_path).returncode == 0  # the site as it is builds
     index = tmp_path / "docs" / "index.md"
     index.write_text(index.read_text() + "\nSee [the missing page](no-such-page.md).\n")
@@ -65,3 +74,20 @@ def test_a_public_object_without_a_docstring_fails_the_build(tmp_path: Path) -> 
     assert result.returncode != 0
     assert "public object without a docstring: asyncq.undocumented" in result.stderr
     assert "asyncq.documented" not in result.stderr
+
+
+def test_the_benchmarks_page_is_the_benchmarks_readme(tmp_path: Path) -> None:
+    """docs/explanation/benchmarks.md includes benchmarks/README.md at build time: an
+    edit of the one shows on the other, and the README's charts are served."""
+    copy_site(tmp_path)
+    readme = tmp_path / "benchmarks" / "README.md"
+    readme.write_text(readme.read_text() + "\n## A run written today\n\nIt ran.\n")
+    assert build(tmp_path).returncode == 0
+    page = (tmp_path / "out" / "explanation" / "benchmarks" / "index.html").read_text()
+    assert "A run written today" in page
+    assert 'src="../../benchmarks/throughput.png"' in page
+    assert (tmp_path / "out" / "benchmarks" / "throughput.png").is_file()
+    (tmp_path / "benchmarks" / "shape.png").unlink()  # a link to it now leads nowhere
+    result = build(tmp_path)
+    assert result.returncode != 0
+    assert "shape.png" in result.stderr

@@ -1,10 +1,10 @@
 -- The limited claim takes jobs of limited tasks for the worker's free runners only, and
--- jobs of other tasks for the jobs it holds ahead as well (see the README's "claiming
--- ahead"): a job claimed ahead waits for a runner, and a limited task's job counts
--- against its limit from its claim, so one held ahead would keep its room from another
--- worker while it waited. Until now an App with limited tasks claimed nothing ahead,
--- and each claim waited on the worker's slots to run dry: the claim and the jobs took
--- turns instead of overlapping.
+-- jobs of other tasks for the jobs it holds ahead as well (docs/explanation/workers.md,
+-- "How a worker runs"): a job claimed ahead waits for a runner, and a limited task's
+-- job counts against its limit from its claim, so one held ahead would keep its room
+-- from another worker while it waited. Until now an App with limited tasks claimed
+-- nothing ahead, and each claim waited on the worker's slots to run dry: the claim and
+-- the jobs took turns instead of overlapping.
 --
 -- asyncq_claim_limited has a new argument, p_limited: the most jobs of limited tasks the
 -- claim takes (each limited task's room is cut to it, and so is their sum, counted in the

@@ -1,7 +1,7 @@
-"""The README's PgBouncer section, tested: its ``pgbouncer.ini`` runs (its ``[pgbouncer]``
-settings as they are, but for the addresses and the authentication, which are the
-test's), and ``examples/pgbouncer.py`` runs through it, listening straight to the server
-and without LISTEN; the README's App is configured as it says."""
+"""The PgBouncer guide (docs/how-to/pgbouncer.md), tested: its ``pgbouncer.ini`` runs (its
+``[pgbouncer]`` settings as they are, but for the addresses and the authentication, which
+are the test's), and ``examples/pgbouncer.py`` runs through it, listening straight to the
+server and without LISTEN; the guide's App is configured as it says."""
 
 from __future__ import annotations
 
@@ -34,30 +34,28 @@ SITE = {
 }
 
 
-def readme_section() -> str:
-    text = (ROOT / "README.md").read_text("utf-8")
-    return text[text.index("\n## PgBouncer\n") :].split("\n## ", 2)[1]
+GUIDE = ROOT / "docs" / "how-to" / "pgbouncer.md"
 
 
-def readme_block(language: str) -> str:
-    [block] = re.findall(rf"```{language}\n(.*?)```", readme_section(), re.S)
+def guide_block(language: str) -> str:
+    [block] = re.findall(rf"^```{language}\n(.*?)```", GUIDE.read_text("utf-8"), re.S | re.M)
     return str(block)
 
 
-def readme_settings() -> dict[str, str]:
+def guide_settings() -> dict[str, str]:
     ini = configparser.ConfigParser(inline_comment_prefixes=(";",))
-    ini.read_string(readme_block("ini"))
+    ini.read_string(guide_block("ini"))
     return dict(ini["pgbouncer"])
 
 
-def test_the_readme_says_what_asyncq_needs() -> None:
-    settings = readme_settings()
+def test_the_guide_says_what_asyncq_needs() -> None:
+    settings = guide_settings()
     assert settings["pool_mode"] == "transaction"
     assert not settings.get("ignore_startup_parameters")
     assert "server_reset_query" not in settings
     assert int(settings["default_pool_size"]) >= 2
     names: dict[str, object] = {"asyncq": asyncq}
-    exec(readme_block("python"), names)  # an App connects only when it opens
+    exec(guide_block("python"), names)  # an App connects only when it opens
     app = names["app"]
     assert isinstance(app, asyncq.App)
     assert app.listen and app.prepare_threshold is None
@@ -65,19 +63,19 @@ def test_the_readme_says_what_asyncq_needs() -> None:
 
 
 @pytest.fixture
-def readme_bouncer(pgbouncer_binary: str, server_dsn: str) -> Iterator[PgBouncer]:
-    extra = {k: v for k, v in readme_settings().items() if k not in SITE}
+def guide_bouncer(pgbouncer_binary: str, server_dsn: str) -> Iterator[PgBouncer]:
+    extra = {k: v for k, v in guide_settings().items() if k not in SITE}
     bouncer = start(pgbouncer_binary, server_dsn, extra=extra)
     yield bouncer
     bouncer.close()
 
 
 @pytest.mark.parametrize("listen", [True, False], ids=["listen_dsn", "no-listen"])
-def test_the_example_through_the_readmes_pgbouncer(
-    readme_bouncer: PgBouncer, throwaway_dsn: str, listen: bool
+def test_the_example_through_the_guides_pgbouncer(
+    guide_bouncer: PgBouncer, throwaway_dsn: str, listen: bool
 ) -> None:
-    assert "pool_mode = transaction" in readme_bouncer.ini()
-    env = {**os.environ, "ASYNCQ_DSN": readme_bouncer.through(throwaway_dsn)}
+    assert "pool_mode = transaction" in guide_bouncer.ini()
+    env = {**os.environ, "ASYNCQ_DSN": guide_bouncer.through(throwaway_dsn)}
     env.pop("ASYNCQ_LISTEN_DSN", None)
     if listen:
         env["ASYNCQ_LISTEN_DSN"] = throwaway_dsn
