@@ -230,7 +230,7 @@ class JobSummary:
     queue: str
     status: str
     priority: int
-    attempts: int
+    attempts_used: int
     max_attempts: int
     run_at: datetime | None
     created_at: datetime

@@ -545,7 +545,7 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
             j.task_name,
             j.queue,
             j.status,
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts_used}/{j.max_attempts}",
             j.run_at,
             j.waiting_for if waiting else j.finished_at,
             j.error,
