@@ -166,7 +166,12 @@ BEGIN
     $sql$, current_schema());
 
     -- The writes that end jobs (migration 0013), each now also releasing the waiters of
-    -- the jobs it ended that may be waited for.
+    -- the jobs it ended that may be waited for. Each reads its rows by id in the order of
+    -- the ids (an index scan of the primary key, never a bitmap scan, which takes the rows
+    -- in the order of their places in the table), so that it locks them in the order a
+    -- suspension or a job deferred after others locks the jobs it waits for: a gather of
+    -- running children and the write of some of them done, each holding rows the other
+    -- came to next, were a deadlock, a second's wait and a retry.
     EXECUTE format($sql$
     CREATE OR REPLACE FUNCTION asyncq_mark_done(p_worker text, p_ids bigint[], p_claims bigint[])
     RETURNS SETOF bigint
@@ -175,6 +180,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -213,6 +219,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -253,6 +260,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -306,6 +314,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -344,6 +353,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -1052,6 +1062,11 @@ BEGIN
     END
     $function$
     $sql$, current_schema());
+
+    -- The other writes of running jobs by id, in the order of the ids too (see the writes
+    -- that end jobs above).
+    ALTER FUNCTION asyncq_mark_snoozed SET enable_bitmapscan = off;
+    ALTER FUNCTION asyncq_heartbeat SET enable_bitmapscan = off;
 
     REVOKE ALL ON FUNCTION asyncq_emit_event(text, text) FROM PUBLIC;
     REVOKE ALL ON FUNCTION asyncq_defer_after(text, text, text, int, int, bigint[], text)
