@@ -623,7 +623,7 @@ class Store:
     async def job_endings(self, conn: Conn, *, ids: Sequence[int]) -> list[JobEnding]:
         """The status of each of these jobs that exists, with its result (done) or its
         last error (failed, cancelled)."""
-        cur = await conn.execute(self.q["job_endings"], {"ids": list(ids)})
+        cur = await conn.execute(self.q["job_endings"], {"ids": _bigint_array(list(ids))})
         return [JobEnding._make(row) for row in await cur.fetchall()]
 
     @_translating
