@@ -628,6 +628,7 @@ BEGIN
         v_until timestamptz := coalesce(p_until, now() + make_interval(secs => p_seconds));
         v_payload text;
         v_live bigint[];
+        v_unmarked bigint[];
     BEGIN
         IF p_kind = 'event' THEN
             PERFORM pg_advisory_xact_lock(hashtext('asyncq.event.' || current_schema() || '.'
@@ -663,8 +664,9 @@ BEGIN
                 RETURN;
             END IF;
         ELSE
-            SELECT array_agg(w.id) INTO v_live
-              FROM (SELECT a.id FROM asyncq_jobs a
+            SELECT array_agg(w.id), array_agg(w.id) FILTER (WHERE NOT w.awaited)
+              INTO v_live, v_unmarked
+              FROM (SELECT a.id, a.awaited FROM asyncq_jobs a
                      WHERE a.id = ANY(p_awaited)
                        AND a.status IN ('queued', 'running', 'waiting')
                      ORDER BY a.id
@@ -673,8 +675,10 @@ BEGIN
                 RETURN QUERY SELECT 'ended'::text, NULL::text, NULL::timestamptz;
                 RETURN;
             END IF;
-            UPDATE asyncq_jobs a SET awaited = true
-             WHERE a.id = ANY(v_live) AND NOT a.awaited;
+            -- Children are spawned awaited: only the other jobs waited for are marked.
+            IF v_unmarked IS NOT NULL THEN
+                UPDATE asyncq_jobs a SET awaited = true WHERE a.id = ANY(v_unmarked);
+            END IF;
             INSERT INTO asyncq_waits (on_id, job_id)
             SELECT l, p_id FROM unnest(v_live) AS l
             ON CONFLICT DO NOTHING;
