@@ -373,11 +373,13 @@ def test_a_write_by_id_locks_its_rows_in_the_order_of_their_ids(
             written = pool.submit(writer.execute, f"SELECT * FROM {function}({arguments})")  # type: ignore[arg-type]
             try:
                 wait_until(
-                    lambda: db.execute(
-                        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                        [pid],
-                    ).fetchone()
-                    == (True,),
+                    lambda: (
+                        db.execute(
+                            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                            [pid],
+                        ).fetchone()
+                        == (True,)
+                    ),
                     what="the write waiting for job 10",
                 )
                 with pytest.raises(psycopg.errors.LockNotAvailable):
