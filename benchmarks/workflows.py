@@ -131,14 +131,16 @@ async def idle_worker(system: Any, config: Config, tag: str) -> AsyncIterator[Wo
 
 
 def burst(
-    n: int, started: float, ended: float, enqueued: float, load: float | None
+    n: int, started: float, ended: float, enqueued: float | None, load: float | None
 ) -> dict[str, Any]:
+    """A burst's figures; ``enqueued``: when its enqueue returned (None: no enqueue, as
+    DBOS's inline calls)."""
     seconds = ended - started
     return {
         "n": n,
         "seconds": seconds,
         "rate": n / seconds,
-        "enqueue_seconds": enqueued - started,
+        "enqueue_seconds": None if enqueued is None else enqueued - started,
         "load": load,
     }
 
@@ -156,7 +158,11 @@ async def latencies(
     found: list[float] = []
     for i in range(samples + WARMUP):
         waiter = await start(i)
-        await until(lambda w=waiter: waiting(w), 60, f"waiter {waiter} waiting")
+
+        async def recorded(waiter: Any = waiter) -> bool:
+            return await waiting(waiter)
+
+        await until(recorded, 60, f"waiter {waiter} waiting")
         await asyncio.sleep(random.uniform(*GAP))
         await emit(i, waiter)
         latency = await proc.next_latency(60)
@@ -302,7 +308,7 @@ class DbosDriver:
                 line = await proc.next_line(900)
                 if not line.startswith("DONE "):
                     raise RuntimeError(f"the worker said {line!r}")
-                ended = enqueued = time.perf_counter()
+                ended, enqueued = time.perf_counter(), None
             else:
                 await s.enqueue("wf3", n)
                 enqueued = time.perf_counter()
@@ -430,7 +436,7 @@ async def _at_least(value: Awaitable[int], n: int) -> bool:
 
 
 async def _is(value: Awaitable[Any], expected: Any) -> bool:
-    return await value == expected
+    return bool(await value == expected)
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -501,8 +507,8 @@ async def one_round(args: argparse.Namespace, driver: Any, report: Report, numbe
             report.add(f"throughput|{name}|{config.label}", run)
             say(
                 f"round {number} throughput {name} {config.label}: {run['rate']:,.0f}"
-                f" workflows/s ({run['n']:,} in {run['seconds']:.2f}s, enqueue"
-                f" {run['enqueue_seconds']:.2f}s, load {run['load']})"
+                f" workflows/s ({run['n']:,} in {run['seconds']:.2f}s,"
+                f" {_enqueue(run)}load {run['load']})"
             )
     if "fanout" in args.shapes:
         config = driver.fanout_config()
@@ -523,6 +529,11 @@ async def one_round(args: argparse.Namespace, driver: Any, report: Report, numbe
                 f"round {number} events {name} {config.label}: p50 {run['p50_ms']:.2f} ms,"
                 f" p95 {run['p95_ms']:.2f} ms (load {run['load']})"
             )
+
+
+def _enqueue(run: dict[str, Any]) -> str:
+    seconds = run["enqueue_seconds"]
+    return "" if seconds is None else f"enqueue {seconds:.2f}s, "
 
 
 async def deadlocks(dsn: str) -> int:
@@ -573,7 +584,7 @@ async def main(args: argparse.Namespace) -> int:
                 await driver.close()
             if not args.keep_databases:
                 await drop_database(admin, f"wf_{driver.name}")
-    summary = {
+    summary: dict[str, Any] = {
         "when": started.isoformat(),
         "server": describe(admin),
         "settings": facts,

@@ -106,7 +106,7 @@ class AbsurdWorkflows:
 
     async def install(self) -> None:
         async with await connect(self.dsn) as conn:
-            await conn.execute(self.sql)  # type: ignore[arg-type]
+            await conn.execute(self.sql)
             for queue in QUEUES:
                 await conn.execute("SELECT absurd.create_queue(%s)", (queue,))
 
@@ -125,7 +125,7 @@ class AbsurdWorkflows:
     async def reset(self) -> None:
         tables = ", ".join(f"absurd.{t}_{q}" for q in QUEUES for t in "trcew")
         async with await connect(self.dsn) as conn:
-            await conn.execute(f"TRUNCATE {tables}")  # type: ignore[arg-type]
+            await conn.execute(f"TRUNCATE {tables}")
             await conn.execute("CHECKPOINT")
 
     async def value(self, query: str, *params: Any) -> Any:
