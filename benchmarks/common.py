@@ -135,13 +135,15 @@ class WorkerProcess:
     Protocol: the worker prints ``READY`` once connected, waits for a line on stdin
     before it starts, prints ``L <seconds>`` for each pickup-latency job it runs,
     and ``EXIT`` when its worker returns. asyncq's workers also print ``CODE <file>``,
-    the file their App comes from.
+    the file their App comes from. Any other line goes to `lines` (the workflow
+    benchmark's workers answer commands written to their stdin, `send`).
     """
 
     proc: asyncio.subprocess.Process
     stderr_path: Path
     code: str | None = None
     latencies: asyncio.Queue[float] = field(default_factory=asyncio.Queue)
+    lines: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     _reader: asyncio.Task[None] | None = None
@@ -153,16 +155,18 @@ class WorkerProcess:
         stderr_path: Path,
         wrapper: Sequence[str] = (),
         python: str | None = None,
+        module: str = "benchmarks.worker",
     ) -> WorkerProcess:
         """Start ``python -m benchmarks.worker ARGS``, under ``wrapper`` (a profiler) if given;
-        ``python``: another interpreter than this one (oban's Python 3.12)."""
+        ``python``: another interpreter than this one (oban's Python 3.12); ``module``:
+        another module than benchmarks.worker that speaks the same protocol."""
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
         with stderr_path.open("wb") as err:
             proc = await asyncio.create_subprocess_exec(
                 *wrapper,
                 python or sys.executable,
                 "-m",
-                "benchmarks.worker",
+                module,
                 *args,
                 cwd=ROOT,
                 stdin=asyncio.subprocess.PIPE,
@@ -186,6 +190,8 @@ class WorkerProcess:
                 self.exited.set()
             elif line.startswith("CODE "):
                 self.code = line[5:]
+            else:
+                self.lines.put_nowait(line)
 
     async def wait_ready(self, within: float = 60.0) -> None:
         waiter = asyncio.create_task(self.ready.wait())
@@ -197,8 +203,25 @@ class WorkerProcess:
             raise RuntimeError(f"worker did not start: {self.error_tail()}")
 
     def go(self) -> None:
+        self.send("go")
+
+    def send(self, line: str) -> None:
+        """Write ``line`` to the worker's stdin."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.write(line.encode() + b"\n")
+
+    async def next_line(self, within: float) -> str:
+        """The next line of the worker's that the protocol above does not name."""
+        getter = asyncio.create_task(self.lines.get())
+        dead = asyncio.create_task(self.proc.wait())
+        await asyncio.wait({getter, dead}, timeout=within, return_when="FIRST_COMPLETED")
+        dead.cancel()
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        if self.proc.returncode is not None:
+            raise RuntimeError(f"worker exited: {self.error_tail()}")
+        raise TimeoutError(f"no line from the worker within {within:.0f}s")
 
     async def next_latency(self, within: float) -> float:
         getter = asyncio.create_task(self.latencies.get())
@@ -246,13 +269,14 @@ async def workers(
     tag: str,
     wrapper: Sequence[str] = (),
     python: str | None = None,
+    module: str = "benchmarks.worker",
 ) -> AsyncIterator[list[WorkerProcess]]:
     """``count`` worker processes, all READY; stopped on the way out."""
     started: list[WorkerProcess] = []
     try:
         for i in range(count):
             path = log_dir / f"{tag}-{i}.stderr"
-            started.append(await WorkerProcess.start(args, path, wrapper, python))
+            started.append(await WorkerProcess.start(args, path, wrapper, python, module))
         for worker in started:
             await worker.wait_ready()
         yield started

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pytest
+
+from tests.harness.waiting import wait_until
 
 # Each function of migrations 0013 with arguments to plan and run it with: the worker 'w'
 # holds jobs 1 to 10 by their first claim.
@@ -355,6 +358,57 @@ def test_the_claim_reads_the_index_of_its_queues(db: psycopg.Connection[Any], st
         for indexes in (one, several):
             assert "asyncq_jobs_ready_by_queue" in indexes, indexes
             assert "asyncq_jobs_ready" not in indexes, indexes
+
+
+# The writes of running jobs by id, each given jobs 1 to 10 (CALLS).
+WRITES_BY_ID = [
+    "asyncq_mark_done",
+    "asyncq_mark_done_results",
+    "asyncq_mark_failed",
+    "asyncq_mark_snoozed",
+    "asyncq_mark_cancelled",
+    "asyncq_release",
+    "asyncq_heartbeat",
+]
+
+
+@pytest.mark.parametrize("function", WRITES_BY_ID)
+def test_a_write_by_id_locks_its_rows_in_the_order_of_their_ids(
+    db: psycopg.Connection[Any], dsn: str, function: str
+) -> None:
+    """As a gather's suspension locks the jobs it waits for (FOR SHARE, by id): a write
+    that took them by their places in the table (a bitmap scan) could hold a row the
+    suspension came to next while waiting for one it held, a deadlock. The jobs are
+    written in the reverse order of their ids; a holder of job 10 makes the write wait
+    there, having locked jobs 1 to 9 first."""
+    db.execute(
+        "INSERT INTO asyncq_jobs (id, task_name, status, locked_by, claims, attempts, lease,"
+        " locked_at, expires_at)"
+        " SELECT g, 't', 'running', 'w', 1, 1, '30 s', now(), now() + interval '30 s'"
+        " FROM generate_series(10, 1, -1) AS g"
+    )
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as writer:
+        holder.execute("SELECT 1 FROM asyncq_jobs WHERE id = 10 FOR SHARE")
+        pid = writer.info.backend_pid
+        (arguments,) = CALLS[function]
+        with ThreadPoolExecutor(1) as pool:
+            written = pool.submit(writer.execute, f"SELECT * FROM {function}({arguments})")  # type: ignore[arg-type]
+            try:
+                wait_until(
+                    lambda: (
+                        db.execute(
+                            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                            [pid],
+                        ).fetchone()
+                        == (True,)
+                    ),
+                    what="the write waiting for job 10",
+                )
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    holder.execute("SELECT 1 FROM asyncq_jobs WHERE id = 1 FOR SHARE NOWAIT")
+            finally:
+                holder.rollback()  # the write goes on
+            written.result(timeout=30)
 
 
 def pages_read(conn: psycopg.Connection[Any], call: str) -> int:

@@ -132,6 +132,29 @@ async def test_steps_are_keyed_by_name_and_order_within_a_name(
     assert calls == ["a1", "a2", "b1", "a3"]
 
 
+async def test_steps_of_many_jobs_keep_names_and_results_that_need_quoting(
+    app: asyncq.App, db: Any, worker: Any
+) -> None:
+    """The checkpoints of many jobs go in one statement, their names and results in arrays:
+    quotes, backslashes, braces, commas and spaces come back as they went."""
+    names = ['say "hi"', "back\\slash", "{braced}, with a comma", " spaced ", "NULL", "é"]
+
+    @app.task(name="wf.quoted", retry=FAST)
+    async def quoted(n: int) -> list[Any]:
+        ctx = current_job()
+        found = [await ctx.step(name, lambda name=name: {name: [name, n]}) for name in names]
+        if ctx.attempt == 1:
+            raise RuntimeError("run again: the results come from the checkpoints")
+        return found
+
+    ids = await quoted.defer_many([{"n": n} for n in range(20)])
+    worker()
+    for n, job_id in enumerate(ids):
+        assert await app.result(job_id, timeout=WAIT) == [{name: [name, n]} for name in names]
+    stored = rows(db, "SELECT name, result FROM asyncq_steps WHERE job_id = %s", ids[0])
+    assert sorted(stored) == sorted((name, {name: [name, 0]}) for name in names)
+
+
 async def test_a_step_whose_result_is_not_json_fails_the_attempt_with_a_clear_error(
     app: asyncq.App, db: Any, worker: Any
 ) -> None:

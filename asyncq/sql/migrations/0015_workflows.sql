@@ -166,7 +166,12 @@ BEGIN
     $sql$, current_schema());
 
     -- The writes that end jobs (migration 0013), each now also releasing the waiters of
-    -- the jobs it ended that may be waited for.
+    -- the jobs it ended that may be waited for. Each reads its rows by id in the order of
+    -- the ids (an index scan of the primary key, never a bitmap scan, which takes the rows
+    -- in the order of their places in the table), so that it locks them in the order a
+    -- suspension or a job deferred after others locks the jobs it waits for: a gather of
+    -- running children and the write of some of them done, each holding rows the other
+    -- came to next, were a deadlock, a second's wait and a retry.
     EXECUTE format($sql$
     CREATE OR REPLACE FUNCTION asyncq_mark_done(p_worker text, p_ids bigint[], p_claims bigint[])
     RETURNS SETOF bigint
@@ -175,6 +180,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -213,6 +219,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -253,6 +260,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -306,6 +314,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -344,6 +353,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -618,6 +628,7 @@ BEGIN
         v_until timestamptz := coalesce(p_until, now() + make_interval(secs => p_seconds));
         v_payload text;
         v_live bigint[];
+        v_unmarked bigint[];
     BEGIN
         IF p_kind = 'event' THEN
             PERFORM pg_advisory_xact_lock(hashtext('asyncq.event.' || current_schema() || '.'
@@ -653,8 +664,9 @@ BEGIN
                 RETURN;
             END IF;
         ELSE
-            SELECT array_agg(w.id) INTO v_live
-              FROM (SELECT a.id FROM asyncq_jobs a
+            SELECT array_agg(w.id), array_agg(w.id) FILTER (WHERE NOT w.awaited)
+              INTO v_live, v_unmarked
+              FROM (SELECT a.id, a.awaited FROM asyncq_jobs a
                      WHERE a.id = ANY(p_awaited)
                        AND a.status IN ('queued', 'running', 'waiting')
                      ORDER BY a.id
@@ -663,8 +675,10 @@ BEGIN
                 RETURN QUERY SELECT 'ended'::text, NULL::text, NULL::timestamptz;
                 RETURN;
             END IF;
-            UPDATE asyncq_jobs a SET awaited = true
-             WHERE a.id = ANY(v_live) AND NOT a.awaited;
+            -- Children are spawned awaited: only the other jobs waited for are marked.
+            IF v_unmarked IS NOT NULL THEN
+                UPDATE asyncq_jobs a SET awaited = true WHERE a.id = ANY(v_unmarked);
+            END IF;
             INSERT INTO asyncq_waits (on_id, job_id)
             SELECT l, p_id FROM unnest(v_live) AS l
             ON CONFLICT DO NOTHING;
@@ -1052,6 +1066,11 @@ BEGIN
     END
     $function$
     $sql$, current_schema());
+
+    -- The other writes of running jobs by id, in the order of the ids too (see the writes
+    -- that end jobs above).
+    ALTER FUNCTION asyncq_mark_snoozed SET enable_bitmapscan = off;
+    ALTER FUNCTION asyncq_heartbeat SET enable_bitmapscan = off;
 
     REVOKE ALL ON FUNCTION asyncq_emit_event(text, text) FROM PUBLIC;
     REVOKE ALL ON FUNCTION asyncq_defer_after(text, text, text, int, int, bigint[], text)
