@@ -93,6 +93,8 @@ CALLS = {
         """ array_fill('{"records": [], "dropped": 0}'::text, ARRAY[10]),"""
         """ array_fill('{"fraction": 1.0}'::text, ARRAY[10])"""
     ],
+    "asyncq_give_back": [f"'w', {IDS}, {CLAIMS}, array_fill('gone'::text, ARRAY[10]), 1.0"],
+    "asyncq_fail_unknown": ["'10 minutes', 10"],
     "asyncq_write_progress": [
         f"""'w', {IDS}, {CLAIMS}, array_fill('{{"count": 3}}'::text, ARRAY[10])"""
     ],
@@ -369,6 +371,9 @@ WRITES_BY_ID = [
     "asyncq_mark_cancelled",
     "asyncq_release",
     "asyncq_heartbeat",
+    "asyncq_give_back",
+    "asyncq_mark_done_with",
+    "asyncq_write_progress",
 ]
 
 
@@ -390,7 +395,7 @@ def test_a_write_by_id_locks_its_rows_in_the_order_of_their_ids(
     with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as writer:
         holder.execute("SELECT 1 FROM asyncq_jobs WHERE id = 10 FOR SHARE")
         pid = writer.info.backend_pid
-        (arguments,) = CALLS[function]
+        arguments = CALLS[function][0]
         with ThreadPoolExecutor(1) as pool:
             written = pool.submit(writer.execute, f"SELECT * FROM {function}({arguments})")  # type: ignore[arg-type]
             try:

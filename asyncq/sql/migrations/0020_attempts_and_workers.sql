@@ -504,6 +504,7 @@ BEGIN
     -- NULL for none) and the progress it reported last (p_progress, else the row's). The
     -- row keeps that progress when the job ends, and forgets it when the job is queued again.
     EXECUTE format($sql$
+    -- The writes by id turn bitmap scans off, as migration 0015 says why.
     CREATE FUNCTION asyncq_mark_failed(p_worker text, p_ids bigint[], p_claims bigint[],
                                        p_retry_in float8[], p_errors text[], p_give_up bool[],
                                        p_logs text[] DEFAULT NULL,
@@ -514,6 +515,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -582,6 +584,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -636,6 +639,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -681,6 +685,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -750,6 +755,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -868,6 +874,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     DECLARE
@@ -912,6 +919,7 @@ BEGIN
     SET plan_cache_mode = force_generic_plan
     SET enable_seqscan = off
     SET enable_sort = off
+    SET enable_bitmapscan = off
     SET jit = off
     AS $function$
     BEGIN
