@@ -361,6 +361,37 @@ async def test_children_are_gathered_in_order_and_spawned_once(
     assert rows(db, "SELECT count(*) FROM asyncq_jobs WHERE parent_id = %s", job_id) == [(21,)]
 
 
+async def test_a_gather_of_some_children_does_not_wait_for_the_others(
+    app: asyncq.App, db: Any, worker: Any
+) -> None:
+    """A spawn makes the edge to each child: a gather drops those to the children it does
+    not wait for (here one that waits for an event which the parent emits only once its
+    first gather has returned), and waits again for them only when it gathers them."""
+
+    @app.task(name="wf.quick")
+    async def quick(n: int) -> int:
+        return n
+
+    @app.task(name="wf.slow")
+    async def slow(key: str) -> Any:
+        return await current_job().wait_for_event(key)
+
+    @app.task(name="wf.some")
+    async def some() -> Any:
+        ctx = current_job()
+        slow_id = await ctx.spawn(slow, "wf.some.go")
+        ids = await ctx.spawn_many(quick, [{"n": i} for i in range(5)])
+        first = await ctx.gather(ids[:2])
+        await app.emit_event("wf.some.go", "went")
+        rest = await ctx.gather([*ids[2:], slow_id])
+        return [first, rest]
+
+    job_id = await some.defer()
+    worker()
+    assert await app.result(job_id, timeout=WAIT) == [[0, 1], [2, 3, 4, "went"]]
+    assert rows(db, "SELECT count(*) FROM asyncq_waits") == [(0,)]
+
+
 async def test_a_failed_child_reaches_gather_as_child_failed(
     app: asyncq.App, db: Any, worker: Any
 ) -> None:
