@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
+from markupsafe import Markup
 from psycopg import errors
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -51,11 +52,23 @@ _templates = jinja2.Environment(
     autoescape=True,  # every value on a page is data: task names, arguments, errors
     undefined=jinja2.StrictUndefined,
 )
-_templates.filters["when"] = lambda v: (
-    "-" if v is None else f"{v.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-)
+
+
+def _when(moment: datetime | None) -> Markup | str:
+    """A moment as a <time> element: in UTC on the page, in the viewer's own time zone
+    once live.js has run."""
+    if moment is None:
+        return "-"
+    utc = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{:%Y-%m-%d %H:%M:%S} UTC</time>').format(
+        utc.isoformat(), utc
+    )
+
+
+_templates.filters["when"] = _when
 _templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 _templates.filters["took"] = display.duration
+_templates.filters["age"] = display.age
 _templates.filters["size"] = lambda v: "-" if v is None else display.size(v)
 _STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
 
@@ -78,6 +91,8 @@ class Dashboard:
         return [
             Route("/", self.queues_page, name="queues"),
             Route("/jobs", self.jobs_page, name="jobs"),
+            Route("/workers", self.workers_page, name="workers"),
+            Route("/schedules", self.schedules_page, name="schedules"),
             Route("/jobs/{job_id:int}", self.job_page, name="job"),
             Route("/jobs/{job_id:int}/requeue", self.action(self.requeue), methods=["POST"]),
             Route("/jobs/{job_id:int}/cancel", self.action(self.cancel), methods=["POST"]),
@@ -165,6 +180,22 @@ class Dashboard:
             paged=before is not None,
         )
 
+    async def workers_page(self, request: Request) -> Response:
+        async with pools.connection(self.app.pool) as conn:
+            found = await admin.workers(conn, self.app.store)
+        return self.render(
+            request,
+            "workers.html",
+            workers=found,
+            live=[w for w in found if w.alive],
+            dead=[w for w in found if not w.alive],
+        )
+
+    async def schedules_page(self, request: Request) -> Response:
+        async with pools.connection(self.app.pool) as conn:
+            found = await admin.schedules(conn, self.app.store, self.app.schedules.values())
+        return self.render(request, "schedules.html", schedules=found)
+
     async def job_page(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         async with pools.connection(self.app.pool) as conn:
@@ -178,6 +209,7 @@ class Dashboard:
             timeline=_timeline(found),
             bars=_bars(found.steps),
             shown=admin.SHOWN,
+            latest=found.attempts[-1] if found.attempts else None,
         )
 
     async def unusable(self, request: Request, exc: Exception) -> Response:
