@@ -90,7 +90,7 @@ def test_find_a_failed_job_requeue_it_and_see_it_done(
     screenshot(page, "queues")
     page.click("header >> text=Jobs")
     page.select_option("select[name=status]", "failed")
-    page.click("form.filters button")
+    page.click("form.filters:not(.bulk) button")
     rows = page.locator("#jobs tbody tr")
     assert rows.count() == 1
     assert UNTIL_FIXED in rows.first.inner_text()

@@ -47,8 +47,9 @@ async def test_authorize_refuses_every_route_with_403(app: asyncq.App, job: Job)
         for path in routes:
             assert (await client.get(path)).status_code == 200, path
     assert asked[: len(routes)] == routes
-    # A plain (not async) callable works too; anything but True refuses.
-    for verdict in (False, None, 1, "yes"):
+    # A plain (not async) callable works too; anything but True or a name (who asks)
+    # refuses.
+    for verdict in (False, None, 1, "", b"admin"):
         async with client_for(create_app(app, authorize=lambda r, v=verdict: v)) as client:
             assert (await client.get("/")).status_code == 403, verdict
     assert status_of_failed(app, failed) == "failed"
