@@ -70,7 +70,10 @@ _templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=Fa
 _templates.filters["took"] = display.duration
 _templates.filters["age"] = display.age
 _templates.filters["size"] = lambda v: "-" if v is None else display.size(v)
-_STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
+_FILES = importlib.resources.files("asyncq.dashboard")
+_STYLE = (_FILES / "style.css").read_text()
+_SCRIPT = (_FILES / "live.js").read_text()
+_ICON = (_FILES / "favicon.svg").read_text()
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -105,6 +108,8 @@ class Dashboard:
             Route("/queues/resume", self.action(self.resume), methods=["POST"]),
             Route("/metrics", self.metrics),
             Route("/style.css", self.style),
+            Route("/live.js", self.script),
+            Route("/favicon.svg", self.icon),
         ]
 
     # -- pages ---------------------------------------------------------------------------
@@ -222,6 +227,12 @@ class Dashboard:
 
     async def style(self, request: Request) -> Response:
         return Response(_STYLE, media_type="text/css")
+
+    async def script(self, request: Request) -> Response:
+        return Response(_SCRIPT, media_type="text/javascript")
+
+    async def icon(self, request: Request) -> Response:
+        return Response(_ICON, media_type="image/svg+xml")
 
     # -- actions -------------------------------------------------------------------------
 

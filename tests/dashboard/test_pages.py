@@ -147,9 +147,18 @@ async def test_metrics_count_the_workers_live_and_dead(
     assert 'asyncq_workers{state="dead"} 1' in found
 
 
-async def test_the_stylesheet_is_served(client: httpx.AsyncClient) -> None:
+async def test_the_stylesheet_script_and_icon_are_served(client: httpx.AsyncClient) -> None:
     found = await client.get("/style.css")
     assert found.status_code == 200 and found.headers["content-type"].startswith("text/css")
+    script = await client.get("/live.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "data-live" in script.text and "localStorage" in script.text
+    icon = await client.get("/favicon.svg")
+    assert icon.headers["content-type"] == "image/svg+xml" and icon.text.startswith("<svg ")
+    page = (await client.get("/")).text
+    assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in page
+    assert '<script src="/live.js" defer></script>' in page
+    assert '<table id="queues" data-live>' in page or "No queue has jobs yet" in page
 
 
 def _listed(html: str) -> list[int]:
