@@ -99,7 +99,6 @@ def test_click_through_every_page_on_a_phone_in_another_time_zone(
     assert page.title() == "Queues · asyncq"
     assert page.inner_text("#time-zone") == f"times in {ZONE}"
     fits(page)
-    screenshot(page, "phone-queues")
 
     page.click("header >> text=Workers")
     assert page.title() == "Workers · asyncq"
