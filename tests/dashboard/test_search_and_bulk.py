@@ -223,3 +223,19 @@ def queue_of(db: psycopg.Connection[Any], job_id: int) -> str:
     row = db.execute("SELECT queue FROM asyncq_jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
     return str(row[0])
+
+
+async def test_the_audit_names_the_logins_user(
+    app: asyncq.App, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    from asyncq.dashboard.app import build
+    from asyncq.dashboard.login import Login
+
+    job(status="failed")
+    login = Login(user="grace", password="s3cret")
+    asgi = build(app, read_only=False, authorize=None, secret=None, hosts=None, login=login)
+    async with client_for(asgi) as client:
+        client.auth = httpx.BasicAuth("grace", "s3cret")
+        _, confirm = await preview(client, "requeue", status="failed")
+        await client.post("/jobs/bulk/run", data=confirm)
+    assert db.execute("SELECT actor FROM asyncq_audit").fetchall() == [("grace",)]
