@@ -843,19 +843,25 @@ class Store:
         assert row is not None
         return int(row[0])
 
+    # The search's statements are planned for the filters each call gives (never prepared:
+    # a generic plan of "x IS NULL OR col = x" could use none of the partial indexes by
+    # state), so that a filter by state or queue reads through its index.
+
     @_translating
     async def search_jobs(
         self, conn: Conn, where: dict[str, Any], *, limit: int, offset: int
     ) -> list[tuple[Any, ...]]:
         params = {**where, "limit": limit, "offset": offset}
-        return await (await conn.execute(self.q["search_jobs"], params)).fetchall()
+        cur = await conn.execute(self.q["search_jobs"], params, prepare=False)
+        return await cur.fetchall()
 
     @_translating
     async def count_matching(
         self, conn: Conn, where: dict[str, Any], *, eligible: list[str] | None, at_most: int
     ) -> tuple[int, int]:
         params = {**where, "eligible": eligible, "at_most": at_most}
-        row = await (await conn.execute(self.q["count_matching"], params)).fetchone()
+        cur = await conn.execute(self.q["count_matching"], params, prepare=False)
+        row = await cur.fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
 
@@ -870,7 +876,7 @@ class Store:
         self, conn: Conn, where: dict[str, Any], *, eligible: list[str], after: int, batch: int
     ) -> list[int]:
         params = {**where, "eligible": eligible, "after": after, "batch": batch}
-        cur = await conn.execute(self.q["bulk_batch"], params)
+        cur = await conn.execute(self.q["bulk_batch"], params, prepare=False)
         return [int(r[0]) for r in await cur.fetchall()]
 
     @_translating

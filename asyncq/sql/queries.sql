@@ -661,14 +661,22 @@ SELECT count(*) FROM (
 -- narrows the jobs by the same filter (every part optional): an id, a queue, a state, a
 -- task name's prefix, the worker that holds it, a window of creation times, a piece of
 -- text in the arguments (any case), and the highest id (a bulk action changes the jobs
--- its preview counted, not those written since).
+-- its preview counted, not those written since). They are planned for the values of each
+-- call (never prepared): the parts not given fold away, and a state, spelled out as a
+-- constant, reads through that state's partial index.
 
 -- name: search_jobs
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
        nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
   FROM asyncq_jobs
  WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
-   AND (%(status)s::text IS NULL OR status = %(status)s::asyncq_job_status)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
    AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)
@@ -686,7 +694,13 @@ SELECT count(*), count(*) FILTER (WHERE %(eligible)s::text[] IS NULL
                                      OR status::text = ANY(%(eligible)s::text[]))
   FROM (SELECT status FROM asyncq_jobs
          WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
-   AND (%(status)s::text IS NULL OR status = %(status)s::asyncq_job_status)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
    AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)
@@ -706,7 +720,13 @@ SELECT coalesce(max(id), 0) FROM asyncq_jobs
 -- after %(after)s, in id order.
 SELECT id FROM asyncq_jobs
  WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
-   AND (%(status)s::text IS NULL OR status = %(status)s::asyncq_job_status)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
    AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)

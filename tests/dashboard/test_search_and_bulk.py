@@ -239,3 +239,28 @@ async def test_the_audit_names_the_logins_user(
         _, confirm = await preview(client, "requeue", status="failed")
         await client.post("/jobs/bulk/run", data=confirm)
     assert db.execute("SELECT actor FROM asyncq_audit").fetchall() == [("grace",)]
+
+
+@pytest.mark.parametrize(
+    ("state", "index"), [("failed", "asyncq_jobs_ended"), ("done", "asyncq_jobs_done")]
+)
+def test_a_search_by_state_reads_through_that_states_index(
+    db: psycopg.Connection[Any], state: str, index: str
+) -> None:
+    """Planned for its values (never prepared), a search by state can use the state's
+    partial index: a generic "x IS NULL OR status = x" could not."""
+    from asyncq import admin
+    from asyncq.store import QUERIES
+
+    params = {**admin.JobFilter(status=state).params(), "eligible": None, "at_most": 1001}
+    db.execute("SET enable_seqscan = off")
+    try:
+        plan = "\n".join(
+            str(row[0])
+            for row in db.execute(
+                "EXPLAIN " + QUERIES["count_matching"], params, prepare=False
+            ).fetchall()
+        )
+    finally:
+        db.execute("RESET enable_seqscan")
+    assert index in plan, plan
