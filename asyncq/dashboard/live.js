@@ -25,6 +25,15 @@
     }
   }
 
+  // What the reader unfolded (an attempt's error, its logs) stays unfolded.
+  function keepOpen(old, fresh) {
+    var was = old.querySelectorAll("details");
+    var now = fresh.querySelectorAll("details");
+    for (var i = 0; i < was.length && i < now.length; i++) {
+      now[i].open = was[i].open;
+    }
+  }
+
   function paused() {
     try {
       return window.localStorage.getItem(KEY) === "1";
@@ -67,6 +76,7 @@
           if (!found) continue;
           var copy = document.importNode(found, true);
           localTimes(copy);
+          keepOpen(parts[i], copy);
           parts[i].replaceWith(copy);
         }
         var now = new Date();

@@ -274,3 +274,45 @@ def test_the_lists_refresh_on_their_own_until_paused(
     page.click("#live-toggle")
     assert page.inner_text("#live-toggle") == "Live: on"
     wait_until(lambda: rows.count() == 4, 30, "the list to refresh once resumed")
+
+
+def test_a_jobs_page_follows_its_attempts_and_progress_live(
+    serve: Serve, browser: Any, workers: Workers, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    dashboard = serve()
+    gate = tmp_path / "gate"
+    [job] = insert_jobs(db, "tests.harness.app.reporting", [{"fail_first": 1, "gate": str(gate)}])
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"{dashboard}/jobs/{job}")
+    assert page.inner_text("#status") == "queued" and page.locator("#attempts").count() == 0
+    loaded = page.evaluate("() => performance.timeOrigin")
+
+    workers.start()
+
+    def shown(selector: str, text: str) -> bool:
+        found = page.locator(selector)
+        return bool(found.count() and text in found.inner_text())
+
+    wait_until(lambda: shown("#progress", "half of attempt 1"), 30, "the first report")
+    assert page.inner_text("#status") == "running" and shown("#progress", "50%")
+    assert shown("#attempts", "running") and shown("#attempts", "attempt 1")
+    gate.touch()
+    wait_until(lambda: shown("#status", "done"), 30, "the page to show the job done")
+    attempts = page.locator("#attempts li")
+    assert attempts.count() == 2
+    first = attempts.nth(0)
+    assert "retried" in first.inner_text() and "attempt 1 fails on purpose" in first.inner_text()
+    first.locator("details.attempt-logs summary").click()
+    assert "attempt 1 starts" in first.locator("details.attempt-logs pre").inner_text()
+    assert "done" in attempts.nth(1).inner_text()
+    assert shown("#progress", "100%") and shown("#progress", "done")
+    # What the reader unfolded stays open across refreshes.
+    refreshed = page.evaluate("() => document.documentElement.dataset.refreshed")
+    wait_until(
+        lambda: page.evaluate("() => document.documentElement.dataset.refreshed") != refreshed,
+        30,
+        "another refresh",
+    )
+    assert page.locator("#attempts li").nth(0).locator("details.attempt-logs[open]").count() == 1
+    # All of it without a reload.
+    assert page.evaluate("() => performance.timeOrigin") == loaded
