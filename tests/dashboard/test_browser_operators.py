@@ -253,12 +253,14 @@ def test_the_lists_refresh_on_their_own_until_paused(
 ) -> None:
     dashboard = serve()
     db.execute("INSERT INTO asyncq_queues (name, paused_at) VALUES ('live', now())")
-    insert_jobs(db, "tests.harness.app.noop", [{}], queue="live")
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(dashboard + "/jobs?queue=live")
     rows = page.locator("#jobs tbody tr")
-    assert rows.count() == 1 and page.inner_text("#live-toggle") == "Live: on"
+    assert rows.count() == 0 and "No jobs match" in page.inner_text("#list")
+    assert page.inner_text("#live-toggle") == "Live: on"
 
+    insert_jobs(db, "tests.harness.app.noop", [{}], queue="live")
+    wait_until(lambda: rows.count() == 1, 30, "the empty list to show a job without a reload")
     insert_jobs(db, "tests.harness.app.noop", [{}], queue="live")
     wait_until(lambda: rows.count() == 2, 30, "the list to show the new job without a reload")
     assert page.inner_text("#shown").startswith("2 of 2 shown")
