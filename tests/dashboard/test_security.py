@@ -198,10 +198,27 @@ async def test_hostile_names_arguments_and_errors_are_escaped(
         " VALUES (%s, %s, '* * * * *', 'UTC', %s, now())",
         (HOSTILE, HOSTILE, HOSTILE),
     )
+    db.execute(
+        "INSERT INTO asyncq_workers (id, host, pid, version, app, queues, concurrency, beat)"
+        " VALUES (%s, %s, 1, %s, %s, ARRAY[%s], 1, '5 s')",
+        (HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE),
+    )
+    db.execute(
+        "INSERT INTO asyncq_audit (actor, action, filter, detail, rows, matched)"
+        " VALUES (%s, %s, %s, %s, 1, 1)",
+        (HOSTILE, HOSTILE, json.dumps({"queue": HOSTILE}), json.dumps({"queue": HOSTILE})),
+    )
     pages = ["/", "/jobs", "/jobs?status=failed", *(f"/jobs/{i}" for i in ids)]
+    pages += ["/workers", "/schedules", "/audit"]
     pages.append("/jobs?" + httpx.QueryParams({"queue": HOSTILE, "task": HOSTILE}).__str__())
-    for path in pages:
-        page = await client.get(path)
+    pages.append("/jobs?" + httpx.QueryParams({"text": HOSTILE}).__str__())
+    token = csrf_token((await client.get("/jobs")).text)
+    for path in [*pages, "preview"]:
+        if path == "preview":  # a bulk action's preview shows the filter it was given
+            form = {"csrf": token, "action": "move", "queue": HOSTILE, "to_queue": HOSTILE}
+            page = await client.post("/jobs/bulk/preview", data=form)
+        else:
+            page = await client.get(path)
         assert page.status_code == 200, path
         html = page.text
         assert HOSTILE[:8] not in html
