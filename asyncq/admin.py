@@ -933,3 +933,229 @@ async def prune(
             progress(deleted)
         if n < batch:
             return deleted
+
+
+# -- the dashboard's search and its bulk actions ---------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobFilter:
+    """Which jobs a search finds (every part optional, all of them must hold): ``id``;
+    ``status``; ``queue``; ``task``, a prefix of the task's name; ``worker``, the worker
+    that holds it; ``since``/``until``, a window of creation times (from, inclusive, to,
+    exclusive); ``text``, a piece of its arguments' JSON text, in any case; ``up_to``, the
+    highest id (a bulk action changes the jobs its preview counted, not newer ones)."""
+
+    id: int | None = None
+    status: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    worker: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    text: str | None = None
+    up_to: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}: one of {', '.join(STATUSES)}")
+        for number in (self.id, self.up_to):
+            if number is not None:
+                job_ids([number])
+        for kind, name in (("queue", self.queue), ("task", self.task), ("worker", self.worker)):
+            if name is not None:
+                validate_name(kind, name)
+        for moment in (self.since, self.until):
+            if moment is not None and moment.tzinfo is None:
+                raise ValueError("a filter's times must be aware (with a time zone)")
+        if self.text is not None and ("\x00" in self.text or len(self.text) > 1000):
+            raise ValueError("the text to search for is at most 1000 characters, without NUL")
+
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def described(self) -> dict[str, Any]:
+        """The parts given, as JSON values (what an audit record keeps)."""
+        return {
+            k: v.isoformat() if isinstance(v, datetime) else v
+            for k, v in self.params().items()
+            if v is not None
+        }
+
+
+async def search_jobs(
+    conn: Conn, store: Store, where: JobFilter, *, limit: int = 50, offset: int = 0
+) -> list[JobSummary]:
+    """The jobs ``where`` finds, newest first: ``limit`` of them after the first ``offset``."""
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"the offset is a whole number, not {offset!r}")
+    rows = await store.search_jobs(conn, where.params(), limit=_limit(limit), offset=offset)
+    return [JobSummary.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Matched:
+    """How many jobs a filter finds (``found``) and how many of them an action would
+    change (``changes``: those in the states it acts on), counted no further than
+    ``at_most`` (``more``: counting stopped there)."""
+
+    found: int
+    changes: int
+    more: bool = False
+
+
+async def newest_id(conn: Conn, store: Store) -> int:
+    """The highest job id now (0: no job): what a bulk action's preview counts up to."""
+    return await store.newest_id(conn)
+
+
+async def count_matching(
+    conn: Conn,
+    store: Store,
+    where: JobFilter,
+    *,
+    eligible: Sequence[str] | None = None,
+    at_most: int = 100_000,
+) -> Matched:
+    """How many jobs ``where`` finds, and how many are in the ``eligible`` states."""
+    found, changes = await store.count_matching(
+        conn,
+        where.params(),
+        eligible=None if eligible is None else list(eligible),
+        at_most=at_most + 1,
+    )
+    if found > at_most:
+        return Matched(at_most, min(changes, at_most), more=True)
+    return Matched(found, changes)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkAction:
+    """An action on many jobs: its name, the states of the jobs it changes, and what it
+    says it does."""
+
+    name: str
+    eligible: tuple[str, ...]
+    says: str
+
+
+BULK_ACTIONS = {
+    a.name: a
+    for a in (
+        BulkAction("requeue", ("failed", "cancelled"), "put back in the queue, attempts reset"),
+        BulkAction("cancel", ("queued", "running", "waiting"), "cancelled"),
+        BulkAction("delete", ("done", "failed", "cancelled"), "deleted, with their steps"),
+        BulkAction("priority", ("queued", "waiting"), "given another priority"),
+        BulkAction("move", ("queued", "waiting", "failed", "cancelled"), "moved to another queue"),
+    )
+}
+BULK_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk action did: the rows it changed, the batches it took, and its audit
+    record's id."""
+
+    changed: int
+    batches: int
+    audit_id: int
+
+
+async def bulk(
+    connect: Callable[[], contextlib.AbstractAsyncContextManager[Conn]],
+    store: Store,
+    action: str,
+    where: JobFilter,
+    *,
+    actor: str,
+    priority: int | None = None,
+    queue: str | None = None,
+    matched: int = 0,
+    batch: int = BULK_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> BulkResult:
+    """Run ``action`` (one of `BULK_ACTIONS`) on the jobs ``where`` finds, ``batch`` of
+    them per statement, each in its own short transaction on a connection of its own
+    from ``connect()`` (an autocommit connection: no lock held long, workers go on
+    meanwhile), in id order; then write its audit record (``actor``: who; the filter;
+    ``matched``: the count its preview showed; the rows changed)."""
+    if action not in BULK_ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}: one of {', '.join(BULK_ACTIONS)}")
+    detail: dict[str, Any] = {}
+    if action == "priority":
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
+            raise ValueError(f"a priority is a whole number, not {priority!r}")
+        detail["priority"] = priority
+    if action == "move":
+        detail["queue"] = validate_name("queue", queue)
+    eligible = list(BULK_ACTIONS[action].eligible)
+    changed = batches = 0
+    after = 0
+    while True:
+        async with connect() as conn:
+            ids = await store.bulk_batch(
+                conn, where.params(), eligible=eligible, after=after, batch=batch
+            )
+            if not ids:
+                break
+            after = ids[-1]
+            batches += 1
+            if action == "requeue":
+                changed += len(await store.requeue_ids(conn, ids=ids))
+            elif action == "cancel":
+                outcomes = await _cancel(conn, store, ids)
+                changed += sum(1 for o in outcomes.values() if o in ("cancelled", "aborting"))
+            else:
+                changed += await store.bulk_change(conn, action, ids=ids, **detail)
+        if progress is not None:
+            progress(changed)
+        if len(ids) < batch:
+            break
+    async with connect() as conn:
+        audit_id = await store.audit_write(
+            conn,
+            actor=actor,
+            action=action,
+            filter=json.dumps(where.described()),
+            detail=json.dumps(detail) if detail else None,
+            rows=changed,
+            matched=matched,
+        )
+    return BulkResult(changed=changed, batches=batches, audit_id=audit_id)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """What someone did to many jobs at once: when (``at``), who (``actor``), the
+    ``action``, the ``filter`` that chose the jobs, its ``detail`` (a priority, a queue),
+    how many jobs its preview ``matched`` and how many ``rows`` changed."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    filter: dict[str, Any]
+    detail: dict[str, Any] | None
+    rows: int
+    matched: int
+
+
+async def audit(conn: Conn, store: Store, *, limit: int = 100) -> list[AuditRecord]:
+    """The latest audit records, newest first."""
+    found = []
+    for row in await store.audit_list(conn, limit=_limit(limit)):
+        id_, at, actor, action, where, detail, rows, matched = row
+        found.append(
+            AuditRecord(
+                id=id_,
+                at=at,
+                actor=actor,
+                action=action,
+                filter=json.loads(where),
+                detail=None if detail is None else json.loads(detail),
+                rows=rows,
+                matched=matched,
+            )
+        )
+    return found

@@ -843,6 +843,86 @@ class Store:
         assert row is not None
         return int(row[0])
 
+    # The search's statements are planned for the filters each call gives (never prepared:
+    # a generic plan of "x IS NULL OR col = x" could use none of the partial indexes by
+    # state), so that a filter by state or queue reads through its index.
+
+    @_translating
+    async def search_jobs(
+        self, conn: Conn, where: dict[str, Any], *, limit: int, offset: int
+    ) -> list[tuple[Any, ...]]:
+        params = {**where, "limit": limit, "offset": offset}
+        cur = await conn.execute(self.q["search_jobs"], params, prepare=False)
+        return await cur.fetchall()
+
+    @_translating
+    async def count_matching(
+        self, conn: Conn, where: dict[str, Any], *, eligible: list[str] | None, at_most: int
+    ) -> tuple[int, int]:
+        params = {**where, "eligible": eligible, "at_most": at_most}
+        cur = await conn.execute(self.q["count_matching"], params, prepare=False)
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    @_translating
+    async def newest_id(self, conn: Conn) -> int:
+        row = await (await conn.execute(self.q["newest_id"])).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    @_translating
+    async def bulk_batch(
+        self, conn: Conn, where: dict[str, Any], *, eligible: list[str], after: int, batch: int
+    ) -> list[int]:
+        params = {**where, "eligible": eligible, "after": after, "batch": batch}
+        cur = await conn.execute(self.q["bulk_batch"], params, prepare=False)
+        return [int(r[0]) for r in await cur.fetchall()]
+
+    @_translating
+    async def bulk_change(
+        self,
+        conn: Conn,
+        action: str,
+        *,
+        ids: Sequence[int],
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> int:
+        """Delete, reprioritize or move these jobs (``action``: ``delete``, ``priority``,
+        ``move``); returns how many changed."""
+        params = {"ids": list(ids), "priority": priority, "queue_to": queue}
+        cur = await conn.execute(self.q[f"bulk_{action}"], params)
+        return len(await cur.fetchall())
+
+    @_translating
+    async def audit_write(
+        self,
+        conn: Conn,
+        *,
+        actor: str,
+        action: str,
+        filter: str,
+        detail: str | None,
+        rows: int,
+        matched: int,
+    ) -> int:
+        params = {
+            "actor": actor,
+            "action": action,
+            "filter": filter,
+            "detail": detail,
+            "rows": rows,
+            "matched": matched,
+        }
+        row = await (await conn.execute(self.q["audit_write"], params)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    @_translating
+    async def audit_list(self, conn: Conn, *, limit: int) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["audit_list"], {"limit": limit})).fetchall()
+
     @_translating
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:
         return await (await conn.execute(self.q["job_detail"], {"id": job_id})).fetchone()

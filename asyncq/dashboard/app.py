@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
+from markupsafe import Markup
 from psycopg import errors
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,17 +20,16 @@ from starlette.routing import Route
 
 from asyncq import admin, display, pools
 from asyncq.app import App
-from asyncq.dashboard import chart, metrics
+from asyncq.dashboard import chart, listing, metrics
+from asyncq.dashboard.bulk import BadAction, Bulk
 from asyncq.dashboard.csrf import FIELD, Csrf
 from asyncq.dashboard.guard import Authorize, Guard
 from asyncq.dashboard.hosts import AllowedHosts
 from asyncq.dashboard.login import Login
 from asyncq.errors import JobNotFound, PreparedStatementsRefused, SchemaNotMigrated
 
-PAGE = 50
-MAX_PAGE = 1000
 CHART_MINUTES = 60
-MAX_FORM_BYTES = 4096
+MAX_FORM_BYTES = 16384  # a bulk action's form carries its filter
 
 NOTICES = {
     "requeued": "Requeued: the job waits for a worker.",
@@ -44,6 +44,7 @@ NOTICES = {
     "already-paused": "The queue was paused already.",
     "resumed": "Resumed: workers claim from this queue again.",
     "not-paused": "The queue was not paused.",
+    "bulk-done": "Done: the bulk action ran; its record is marked below.",
 }
 
 _templates = jinja2.Environment(
@@ -51,13 +52,28 @@ _templates = jinja2.Environment(
     autoescape=True,  # every value on a page is data: task names, arguments, errors
     undefined=jinja2.StrictUndefined,
 )
-_templates.filters["when"] = lambda v: (
-    "-" if v is None else f"{v.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-)
+
+
+def _when(moment: datetime | None) -> Markup | str:
+    """A moment as a <time> element: in UTC on the page, in the viewer's own time zone
+    once live.js has run."""
+    if moment is None:
+        return "-"
+    utc = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{:%Y-%m-%d %H:%M:%S} UTC</time>').format(
+        utc.isoformat(), utc
+    )
+
+
+_templates.filters["when"] = _when
 _templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
 _templates.filters["took"] = display.duration
+_templates.filters["age"] = display.age
 _templates.filters["size"] = lambda v: "-" if v is None else display.size(v)
-_STYLE = (importlib.resources.files("asyncq.dashboard") / "style.css").read_text()
+_FILES = importlib.resources.files("asyncq.dashboard")
+_STYLE = (_FILES / "style.css").read_text()
+_SCRIPT = (_FILES / "live.js").read_text()
+_ICON = (_FILES / "favicon.svg").read_text()
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -73,19 +89,27 @@ class Dashboard:
         self.app = app
         self.read_only = read_only
         self.csrf = csrf
+        self.bulk = Bulk(self)
 
     def routes(self) -> list[Route]:
         return [
             Route("/", self.queues_page, name="queues"),
             Route("/jobs", self.jobs_page, name="jobs"),
+            Route("/workers", self.workers_page, name="workers"),
+            Route("/schedules", self.schedules_page, name="schedules"),
             Route("/jobs/{job_id:int}", self.job_page, name="job"),
             Route("/jobs/{job_id:int}/requeue", self.action(self.requeue), methods=["POST"]),
             Route("/jobs/{job_id:int}/cancel", self.action(self.cancel), methods=["POST"]),
             Route("/jobs/{job_id:int}/retry", self.action(self.retry), methods=["POST"]),
+            Route("/jobs/bulk/preview", self.bulk.preview, methods=["POST"]),
+            Route("/jobs/bulk/run", self.bulk.run, methods=["POST"]),
+            Route("/audit", self.bulk.audit_page, name="audit"),
             Route("/queues/pause", self.action(self.pause), methods=["POST"]),
             Route("/queues/resume", self.action(self.resume), methods=["POST"]),
             Route("/metrics", self.metrics),
             Route("/style.css", self.style),
+            Route("/live.js", self.script),
+            Route("/favicon.svg", self.icon),
         ]
 
     # -- pages ---------------------------------------------------------------------------
@@ -121,49 +145,51 @@ class Dashboard:
 
     async def jobs_page(self, request: Request) -> Response:
         query = request.query_params
-        status = query.get("status") or None
-        queue = query.get("queue") or None
-        task = query.get("task") or None
-        asked = _whole(query.get("limit"), "limit")
-        limit = PAGE if asked is None else asked
-        before = _whole(query.get("before"), "before")
-        if not 1 <= limit <= MAX_PAGE:
-            raise BadRequest(f"the limit is from 1 to {MAX_PAGE}")
+        found = listing.read(query, now=datetime.now(UTC))
+        page = listing.page_number(query.get("page"))
+        offset = (page - 1) * listing.PAGE
         async with pools.connection(self.app.pool) as conn:
-            found = await admin.jobs(
-                conn,
-                self.app.store,
-                status=status,
-                queue=queue,
-                task=task,
-                limit=limit + 1,
-                before_id=before,
+            jobs = await admin.search_jobs(
+                conn, self.app.store, found.where, limit=listing.PAGE, offset=offset
             )
-        filters = {k: v for k, v in (("status", status), ("queue", queue), ("task", task)) if v}
-        more = None
-        if len(found) > limit:
-            found = found[:limit]
-            # Newest first (every state, or an ended one): page on after the last job
-            # shown. Queued and running jobs (a backlog, not a history): a longer list.
-            paging: dict[str, int] = (
-                {"before": found[-1].id}
-                if status in admin.PAGED
-                else ({"limit": limit + PAGE} if limit + PAGE <= MAX_PAGE else {})
+            counted = await admin.count_matching(
+                conn, self.app.store, found.where, at_most=listing.COUNTED
             )
-            more = urlencode({**filters, **paging}) if paging else None
-        others = {k: v for k, v in filters.items() if k != "status"}
-        tabs = [("all", urlencode(others), status is None)] + [
-            (s, urlencode({**others, "status": s}), s == status) for s in admin.STATUSES
+        others = found.without("status")
+        tabs = [("all", urlencode(others), found.where.status is None)] + [
+            (s, urlencode({**others, "status": s}), s == found.where.status) for s in admin.STATUSES
         ]
+        pages = -(-counted.found // listing.PAGE)
         return self.render(
             request,
             "jobs.html",
-            jobs=found,
-            filters=filters,
+            jobs=jobs,
+            filter=found,
+            filters=found.given,
             tabs=tabs,
-            more=more,
-            paged=before is not None,
+            counted=counted,
+            page=page,
+            pages=min(pages, listing.MAX_PAGE),
+            first=offset + 1,
+            windows=list(listing.WINDOWS),
+            actions=admin.BULK_ACTIONS,
         )
+
+    async def workers_page(self, request: Request) -> Response:
+        async with pools.connection(self.app.pool) as conn:
+            found = await admin.workers(conn, self.app.store)
+        return self.render(
+            request,
+            "workers.html",
+            workers=found,
+            live=[w for w in found if w.alive],
+            dead=[w for w in found if not w.alive],
+        )
+
+    async def schedules_page(self, request: Request) -> Response:
+        async with pools.connection(self.app.pool) as conn:
+            found = await admin.schedules(conn, self.app.store, self.app.schedules.values())
+        return self.render(request, "schedules.html", schedules=found)
 
     async def job_page(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -178,6 +204,7 @@ class Dashboard:
             timeline=_timeline(found),
             bars=_bars(found.steps),
             shown=admin.SHOWN,
+            latest=found.attempts[-1] if found.attempts else None,
         )
 
     async def unusable(self, request: Request, exc: Exception) -> Response:
@@ -201,6 +228,12 @@ class Dashboard:
     async def style(self, request: Request) -> Response:
         return Response(_STYLE, media_type="text/css")
 
+    async def script(self, request: Request) -> Response:
+        return Response(_SCRIPT, media_type="text/javascript")
+
+    async def icon(self, request: Request) -> Response:
+        return Response(_ICON, media_type="image/svg+xml")
+
     # -- actions -------------------------------------------------------------------------
 
     def action(self, do: Callable[[Request, dict[str, str]], Awaitable[str]]) -> Handler:
@@ -208,17 +241,24 @@ class Dashboard:
         ``do`` acts and names the page to go back to."""
 
         async def handle(request: Request) -> Response:
-            if self.read_only:
-                return PlainTextResponse("the dashboard is read-only", status_code=403)
-            form = await _form(request)
-            if not self.csrf.valid(request, form.get(FIELD, "")):
-                return PlainTextResponse(
-                    "refused: a missing or stale form token (reload the page)", status_code=403
-                )
+            form = await self.checked_form(request)
+            if isinstance(form, Response):
+                return form
             target = await do(request, form)
             return RedirectResponse(request.scope.get("root_path", "") + target, status_code=303)
 
         return handle
+
+    async def checked_form(self, request: Request) -> dict[str, str] | Response:
+        """An action's form; or its refusal: read-only, or without a valid CSRF token."""
+        if self.read_only:
+            return PlainTextResponse("the dashboard is read-only", status_code=403)
+        form = await _form(request)
+        if not self.csrf.valid(request, form.get(FIELD, "")):
+            return PlainTextResponse(
+                "refused: a missing or stale form token (reload the page)", status_code=403
+            )
+        return form
 
     async def requeue(self, request: Request, form: dict[str, str]) -> str:
         job_id = request.path_params["job_id"]
@@ -253,14 +293,6 @@ class Dashboard:
         async with pools.connection(self.app.pool) as conn:
             changed = await admin.resume(conn, self.app.store, form.get("queue", ""))
         return f"/?notice={'resumed' if changed else 'not-paused'}"
-
-
-def _whole(text: str | None, what: str) -> int | None:
-    if text is None or text == "":
-        return None
-    if not text.isdigit() or len(text) > 19:
-        raise BadRequest(f"{what} is a whole number")
-    return int(text)
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -354,6 +386,8 @@ def build(
     dashboard = Dashboard(app, read_only=read_only, csrf=Csrf(secret, hosts))
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         BadRequest: _bad_request,
+        listing.BadFilter: _bad_request,
+        BadAction: _bad_request,
         ValueError: _bad_request,  # admin refused an argument (InvalidName is one)
         SchemaNotMigrated: dashboard.unusable,
         PreparedStatementsRefused: dashboard.unusable,

@@ -16,13 +16,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from asyncq.dashboard.hosts import AllowedHosts
 from asyncq.dashboard.login import Login
 
-Authorize = Callable[[Request], bool | Awaitable[bool]]
+Authorize = Callable[[Request], bool | str | Awaitable[bool | str]]
+# Where the guard leaves who is asking, for the audit record of a bulk action: the name
+# the authorize hook returned, else the login's user, else "local".
+IDENTITY = "asyncq.identity"
+LOCAL = "local"
 
-# No script may run at all: the pages need none. Styles only from the dashboard's own
-# stylesheet; the chart is inline SVG drawn with presentation attributes, not styles.
+# No script runs but the dashboard's own file (live.js: local times, live refresh), and
+# no inline code at all, so a value on a page can never run; the script fetches the
+# dashboard's own pages only. Styles only from the dashboard's own stylesheet; the chart
+# is inline SVG drawn with presentation attributes, not styles.
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
-    " frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self';"
+    " img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 HEADERS = [
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
@@ -41,7 +47,8 @@ NO_LOGIN = "unauthorized: the dashboard needs its login\n"
 class Guard:
     """An ASGI middleware: refuses with 400 a ``Host`` outside ``hosts`` (when given), with
     401 a request without ``login`` (when given), with 403 whom ``authorize`` refuses
-    (when given), in that order; adds the security headers to every response."""
+    (when given), in that order; leaves who asks in the scope (`IDENTITY`); adds the
+    security headers to every response."""
 
     def __init__(
         self,
@@ -68,6 +75,9 @@ class Guard:
 
         headers = Headers(scope=scope)
         refusal = None
+        identity = LOCAL
+        if self.login is not None:
+            identity = self.login.identity(headers.get("authorization")) or LOCAL
         if self.hosts is not None and not self.hosts.allows(
             headers.get("host", ""), scope["scheme"]
         ):
@@ -75,16 +85,23 @@ class Guard:
         elif self.login is not None and not self.login.admits(headers.get("authorization")):
             refusal = PlainTextResponse(NO_LOGIN, status_code=401)
             refusal.raw_headers += self.login.challenges()
-        elif self.authorize is not None and not await self.allowed(Request(scope, receive)):
-            refusal = PlainTextResponse("forbidden", status_code=403)
+        elif self.authorize is not None:
+            verdict = await self.verdict(Request(scope, receive))
+            if isinstance(verdict, str) and verdict:
+                identity = verdict
+            elif verdict is not True:
+                refusal = PlainTextResponse("forbidden", status_code=403)
         if refusal is not None:
             await refusal(scope, receive, send_with_headers)
             return
+        scope[IDENTITY] = identity
         await self.app(scope, receive, send_with_headers)
 
-    async def allowed(self, request: Request) -> bool:
+    async def verdict(self, request: Request) -> bool | str:
+        """What ``authorize`` says: True or a name (who asks) admits; anything else
+        refuses."""
         assert self.authorize is not None
         verdict = self.authorize(request)
         if inspect.isawaitable(verdict):
             verdict = await verdict
-        return verdict is True
+        return verdict

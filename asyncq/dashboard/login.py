@@ -76,6 +76,16 @@ class Login:
             return hmac.compare_digest(_digest(credentials), self._token)
         return False
 
+    def identity(self, authorization: str | None) -> str | None:
+        """Who an admitted ``Authorization`` names: the user of a basic login, "token"
+        for the bearer token; None when it does not admit."""
+        if not self.admits(authorization):
+            return None
+        scheme, _, credentials = (authorization or "").strip().partition(" ")
+        if scheme.lower() == "basic":
+            return base64.b64decode(credentials.strip()).decode().partition(":")[0]
+        return "token"
+
     def challenges(self) -> list[tuple[bytes, bytes]]:
         """The ``WWW-Authenticate`` headers of a refusal."""
         found = []

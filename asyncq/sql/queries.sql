@@ -657,6 +657,122 @@ SELECT count(*) FROM (
      LIMIT %(at_most)s
 ) AS listed
 
+-- The dashboard's search, and the bulk actions on what it finds. Each of these statements
+-- narrows the jobs by the same filter (every part optional): an id, a queue, a state, a
+-- task name's prefix, the worker that holds it, a window of creation times, a piece of
+-- text in the arguments (any case), and the highest id (a bulk action changes the jobs
+-- its preview counted, not those written since). They are planned for the values of each
+-- call (never prepared): the parts not given fold away, and a state, spelled out as a
+-- constant, reads through that state's partial index.
+
+-- name: search_jobs
+SELECT id, task_name, queue, status::text, priority, attempts, max_attempts,
+       nullif(run_at, 'infinity'), created_at, finished_at, locked_by, last_error, waiting_for
+  FROM asyncq_jobs
+ WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
+   AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND (%(text)s::text IS NULL OR strpos(lower(args::text), lower(%(text)s)) > 0)
+   AND (%(up_to)s::bigint IS NULL OR id <= %(up_to)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: count_matching
+-- How many jobs match, counted no further than %(at_most)s; of those, how many are in
+-- one of the states %(eligible)s (NULL: any), counted as far.
+SELECT count(*), count(*) FILTER (WHERE %(eligible)s::text[] IS NULL
+                                     OR status::text = ANY(%(eligible)s::text[]))
+  FROM (SELECT status FROM asyncq_jobs
+         WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
+   AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND (%(text)s::text IS NULL OR strpos(lower(args::text), lower(%(text)s)) > 0)
+   AND (%(up_to)s::bigint IS NULL OR id <= %(up_to)s)
+         LIMIT %(at_most)s) AS matched
+
+-- name: newest_id
+-- The highest id now: a bulk action's preview counts the jobs up to it, and the action
+-- changes those only.
+SELECT coalesce(max(id), 0) FROM asyncq_jobs
+
+-- name: bulk_batch
+-- The next batch of a bulk action: the ids of matching jobs in the states it changes,
+-- after %(after)s, in id order.
+SELECT id FROM asyncq_jobs
+ WHERE (%(id)s::bigint IS NULL OR id = %(id)s)
+   AND (%(status)s::text IS NULL
+        OR (%(status)s = 'queued' AND status = 'queued')
+        OR (%(status)s = 'running' AND status = 'running')
+        OR (%(status)s = 'waiting' AND status = 'waiting')
+        OR (%(status)s = 'done' AND status = 'done')
+        OR (%(status)s = 'failed' AND status = 'failed')
+        OR (%(status)s = 'cancelled' AND status = 'cancelled'))
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR starts_with(task_name, %(task)s))
+   AND (%(worker)s::text IS NULL OR locked_by = %(worker)s)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND (%(text)s::text IS NULL OR strpos(lower(args::text), lower(%(text)s)) > 0)
+   AND (%(up_to)s::bigint IS NULL OR id <= %(up_to)s)
+   AND status::text = ANY(%(eligible)s::text[])
+   AND id > %(after)s
+ ORDER BY id
+ LIMIT %(batch)s
+
+-- name: bulk_delete
+-- Ended jobs by id, with their steps and the waits on them (the edges to jobs that
+-- waited for them are gone once they ended). Returns the ids deleted.
+WITH gone AS (
+    DELETE FROM asyncq_jobs
+     WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('done', 'failed', 'cancelled')
+    RETURNING id
+), steps AS (
+    DELETE FROM asyncq_steps WHERE job_id IN (SELECT id FROM gone)
+)
+SELECT id FROM gone
+
+-- name: bulk_priority
+UPDATE asyncq_jobs SET priority = %(priority)s
+ WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'waiting')
+RETURNING id
+
+-- name: bulk_move
+-- Into another queue: the jobs not running (a running job's limits are its queue's).
+UPDATE asyncq_jobs SET queue = %(queue_to)s
+ WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'waiting', 'failed', 'cancelled')
+RETURNING id
+
+-- name: audit_write
+INSERT INTO asyncq_audit (actor, action, filter, detail, rows, matched)
+VALUES (%(actor)s, %(action)s, %(filter)s::jsonb, %(detail)s::jsonb, %(rows)s, %(matched)s)
+RETURNING id
+
+-- name: audit_list
+SELECT id, at, actor, action, filter::text, detail::text, rows, matched
+  FROM asyncq_audit
+ ORDER BY id DESC
+ LIMIT %(limit)s
+
 -- name: job_detail
 SELECT id, task_name, queue, status::text, priority, attempts, max_attempts, claims,
        handbacks, nullif(run_at, 'infinity'), created_at, locked_by, locked_at, expires_at,

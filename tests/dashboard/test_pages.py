@@ -54,24 +54,29 @@ async def test_the_jobs_page_filters_by_status_queue_and_task(
     assert everything[0] == queued and len(everything) == 4
 
 
-async def test_the_jobs_page_pages_on(client: httpx.AsyncClient, job: Job) -> None:
-    ids = [job("t", status="done") for _ in range(60)]
+async def test_the_jobs_page_pages_on_fifty_at_a_time_saying_how_many(
+    client: httpx.AsyncClient, job: Job
+) -> None:
+    ids = [job("t", status="done") for _ in range(120)]
     first = await client.get("/jobs")
     assert _listed(first.text) == ids[::-1][:50]
+    assert "50 of 120 shown (1 to 50, page 1 of 3)" in first.text
+    assert 'id="newer"' not in first.text
     more = _more(first.text)
-    assert more == f"/jobs?before={ids[10]}"
+    assert more == "/jobs?page=2"
     second = await client.get(more)
-    assert _listed(second.text) == ids[::-1][50:]
-    assert 'id="more"' not in second.text
-    done = await client.get("/jobs?status=done")
-    assert _listed(done.text) == ids[::-1][:50]
-    assert _more(done.text) == f"/jobs?status=done&before={ids[10]}"
-    assert _listed((await client.get(_more(done.text))).text) == ids[::-1][50:]
-    queued = [job("t") for _ in range(60)]
-    backlog = await client.get("/jobs?status=queued")
-    assert _listed(backlog.text) == queued[:50]
-    assert _more(backlog.text) == "/jobs?status=queued&limit=100"
-    assert _listed((await client.get(_more(backlog.text))).text) == queued
+    assert _listed(second.text) == ids[::-1][50:100]
+    assert "50 of 120 shown (51 to 100, page 2 of 3)" in second.text
+    third = await client.get(_more(second.text))
+    assert _listed(third.text) == ids[::-1][100:]
+    assert "20 of 120 shown (101 to 120, page 3 of 3)" in third.text
+    assert 'id="more"' not in third.text and '<a id="newer" href="/jobs?page=2">' in third.text
+    queued = [job("t", queue="mail") for _ in range(60)]
+    backlog = await client.get("/jobs?status=queued&queue=mail")
+    assert _listed(backlog.text) == queued[::-1][:50]
+    assert "50 of 60 shown" in backlog.text
+    assert _more(backlog.text) == "/jobs?status=queued&queue=mail&page=2"
+    assert _listed((await client.get(_more(backlog.text))).text) == queued[::-1][50:]
 
 
 async def test_a_jobs_detail_shows_arguments_error_result_and_timeline(
@@ -97,7 +102,19 @@ async def test_a_missing_job_and_bad_queries_are_refused_clearly(
 ) -> None:
     missing = await client.get("/jobs/12345")
     assert missing.status_code == 404 and "No job 12345" in missing.text
-    for query in ("status=stuck", "limit=abc", "limit=0", "before=-1", "status=queued&before=3"):
+    bad = (
+        "status=stuck",
+        "page=abc",
+        "page=0",
+        "page=201",
+        "id=-1",
+        "id=x",
+        "window=3y",
+        "from=yesterday",
+        "to=2026-13-01",
+        "queue=%01",
+    )
+    for query in bad:
         refused = await client.get(f"/jobs?{query}")
         assert refused.status_code == 400, query
         assert refused.text.startswith("bad request:"), refused.text
@@ -130,9 +147,18 @@ async def test_metrics_count_the_workers_live_and_dead(
     assert 'asyncq_workers{state="dead"} 1' in found
 
 
-async def test_the_stylesheet_is_served(client: httpx.AsyncClient) -> None:
+async def test_the_stylesheet_script_and_icon_are_served(client: httpx.AsyncClient) -> None:
     found = await client.get("/style.css")
     assert found.status_code == 200 and found.headers["content-type"].startswith("text/css")
+    script = await client.get("/live.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "data-live" in script.text and "localStorage" in script.text
+    icon = await client.get("/favicon.svg")
+    assert icon.headers["content-type"] == "image/svg+xml" and icon.text.startswith("<svg ")
+    page = (await client.get("/")).text
+    assert '<link rel="icon" href="/favicon.svg" type="image/svg+xml">' in page
+    assert '<script src="/live.js" defer></script>' in page
+    assert '<div id="queues-box" data-live>' in page
 
 
 def _listed(html: str) -> list[int]:

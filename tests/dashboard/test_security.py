@@ -47,8 +47,9 @@ async def test_authorize_refuses_every_route_with_403(app: asyncq.App, job: Job)
         for path in routes:
             assert (await client.get(path)).status_code == 200, path
     assert asked[: len(routes)] == routes
-    # A plain (not async) callable works too; anything but True refuses.
-    for verdict in (False, None, 1, "yes"):
+    # A plain (not async) callable works too; anything but True or a name (who asks)
+    # refuses.
+    for verdict in (False, None, 1, "", b"admin"):
         async with client_for(create_app(app, authorize=lambda r, v=verdict: v)) as client:
             assert (await client.get("/")).status_code == 403, verdict
     assert status_of_failed(app, failed) == "failed"
@@ -197,13 +198,33 @@ async def test_hostile_names_arguments_and_errors_are_escaped(
         " VALUES (%s, %s, '* * * * *', 'UTC', %s, now())",
         (HOSTILE, HOSTILE, HOSTILE),
     )
+    db.execute(
+        "INSERT INTO asyncq_workers (id, host, pid, version, app, queues, concurrency, beat)"
+        " VALUES (%s, %s, 1, %s, %s, ARRAY[%s], 1, '5 s')",
+        (HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE),
+    )
+    db.execute(
+        "INSERT INTO asyncq_audit (actor, action, filter, detail, rows, matched)"
+        " VALUES (%s, %s, %s, %s, 1, 1)",
+        (HOSTILE, HOSTILE, json.dumps({"queue": HOSTILE}), json.dumps({"queue": HOSTILE})),
+    )
     pages = ["/", "/jobs", "/jobs?status=failed", *(f"/jobs/{i}" for i in ids)]
+    pages += ["/workers", "/schedules", "/audit"]
     pages.append("/jobs?" + httpx.QueryParams({"queue": HOSTILE, "task": HOSTILE}).__str__())
-    for path in pages:
-        page = await client.get(path)
+    pages.append("/jobs?" + httpx.QueryParams({"text": HOSTILE}).__str__())
+    token = csrf_token((await client.get("/jobs")).text)
+    for path in [*pages, "preview"]:
+        if path == "preview":  # a bulk action's preview shows the filter it was given
+            form = {"csrf": token, "action": "move", "queue": HOSTILE, "to_queue": HOSTILE}
+            page = await client.post("/jobs/bulk/preview", data=form)
+        else:
+            page = await client.get(path)
         assert page.status_code == 200, path
         html = page.text
         assert HOSTILE[:8] not in html
+        # The one script is the dashboard's own file, in the head.
+        assert html.count('<script src="/live.js" defer></script>') == 1, path
+        html = html.replace('<script src="/live.js" defer></script>', "")
         assert not re.search(r"<script|<img", html, re.IGNORECASE), path
         # onerror= only as text, inside the escaped tag (never an attribute of a tag)
         inert = re.sub(r"&lt;img src=x onerror=\\?&#34;", "", html)
@@ -218,7 +239,9 @@ async def test_every_response_carries_a_strict_content_security_policy(
     for path in ("/", "/jobs", f"/jobs/{failed}", "/jobs/999", "/jobs?status=x", "/metrics"):
         headers = (await client.get(path)).headers
         policy = headers["content-security-policy"]
-        assert "default-src 'none'" in policy and "script-src" not in policy, path
+        assert "default-src 'none'" in policy, path
+        # Scripts and fetches of the dashboard's own only, never inline code.
+        assert "script-src 'self';" in policy and "connect-src 'self';" in policy, path
         assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["x-frame-options"] == "DENY"
