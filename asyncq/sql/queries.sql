@@ -508,6 +508,37 @@ SELECT count(pg_notify(asyncq_channel(), name)) > 0 FROM resumed
 -- name: paused_queues
 SELECT name, paused_at FROM asyncq_queues WHERE paused_at IS NOT NULL ORDER BY name
 
+-- name: set_limits
+-- Override limits of a task or a queue (migration 0024): a NULL parameter keeps the
+-- override there is (or the code's limit, where there is none). Tells every worker at
+-- once, by a notification of the schema's channel that starts with chr(28) (the
+-- listener's LIMITS), sent as the transaction commits.
+WITH written AS (
+    INSERT INTO asyncq_limits AS l (kind, name, concurrency, rate, period, group_concurrency)
+    VALUES (%(kind)s, %(name)s, %(concurrency)s, %(rate)s, %(period)s, %(group_concurrency)s)
+    ON CONFLICT (kind, name) DO UPDATE
+       SET concurrency = coalesce(excluded.concurrency, l.concurrency),
+           rate = coalesce(excluded.rate, l.rate),
+           period = coalesce(excluded.period, l.period),
+           group_concurrency = coalesce(excluded.group_concurrency, l.group_concurrency),
+           updated_at = now()
+    RETURNING l.kind
+)
+SELECT count(pg_notify(asyncq_channel(), chr(28))) FROM written
+
+-- name: reset_limits
+-- Drop the overrides of a task or a queue: its limits are the code's again. Returns
+-- whether there were any; tells the workers as set_limits does.
+WITH dropped AS (
+    DELETE FROM asyncq_limits WHERE kind = %(kind)s AND name = %(name)s RETURNING kind
+)
+SELECT count(pg_notify(asyncq_channel(), chr(28))) > 0 FROM dropped
+
+-- name: list_limits
+SELECT kind, name, concurrency, rate, period, group_concurrency, updated_at
+  FROM asyncq_limits
+ ORDER BY kind, name
+
 -- Listings of the asyncq command and the dashboard. Each state is read through its own
 -- index, in that state's natural order, so that a listing reads about as many rows as it
 -- shows, whatever the number of done rows.

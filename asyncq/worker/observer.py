@@ -22,6 +22,7 @@ from datetime import datetime
 from logging import DEBUG
 
 from asyncq.job import Job
+from asyncq.limits import Sourced, describe
 from asyncq.worker.outcomes import DONE, Kind, Outcome, Stop
 
 logger = logging.getLogger("asyncq.worker")
@@ -145,6 +146,10 @@ class Observer:
     def listener_connected(self, reconnected: bool) -> None:
         pass
 
+    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
+        """The limits the claims enforce changed (an override set or reset at runtime):
+        ``in_force`` has every task's, with where each comes from."""
+
 
 class Observers(Observer):
     """Several observers as one."""
@@ -239,6 +244,10 @@ class Observers(Observer):
     def listener_connected(self, reconnected: bool) -> None:
         for o in self.observers:
             o.listener_connected(reconnected)
+
+    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
+        for o in self.observers:
+            o.limits_changed(in_force)
 
 
 class Counts(Observer):
@@ -513,3 +522,10 @@ class LogObserver(Observer):
     def listener_connected(self, reconnected: bool) -> None:
         if reconnected:
             logger.info("listener reconnected", extra={"action": "listener_reconnected"})
+
+    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
+        logger.info(
+            "limits in force: %s",
+            "; ".join(f"{name} {describe(s)}" for name, s in sorted(in_force.items())) or "none",
+            extra={"action": "limits_changed"},
+        )
