@@ -16,7 +16,7 @@ limits in code, with a warning once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import psycopg
@@ -118,14 +118,4 @@ class Limiter:
             for name, s in found.items()
         )
         self.apply(claimed)
-        if not first or overrides:
-            self.observer.limits_changed(found)
-
-
-def overridden(in_force: Mapping[str, Sourced]) -> dict[str, Sourced]:
-    """The tasks of ``in_force`` with a limit that is not the code's."""
-    return {
-        name: s
-        for name, s in in_force.items()
-        if {s.concurrency, s.rate, s.group_concurrency} - {None, "code"}
-    }
+        self.observer.limits_changed(found, at_start=first)

@@ -146,9 +146,10 @@ class Observer:
     def listener_connected(self, reconnected: bool) -> None:
         pass
 
-    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
-        """The limits the claims enforce changed (an override set or reset at runtime):
-        ``in_force`` has every task's, with where each comes from."""
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        """The limits the claims enforce changed (an override set or reset at runtime), or
+        were read as the worker started (``at_start``): ``in_force`` has every task's,
+        with where each comes from."""
 
 
 class Observers(Observer):
@@ -245,9 +246,9 @@ class Observers(Observer):
         for o in self.observers:
             o.listener_connected(reconnected)
 
-    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
         for o in self.observers:
-            o.limits_changed(in_force)
+            o.limits_changed(in_force, at_start=at_start)
 
 
 class Counts(Observer):
@@ -523,7 +524,13 @@ class LogObserver(Observer):
         if reconnected:
             logger.info("listener reconnected", extra={"action": "listener_reconnected"})
 
-    def limits_changed(self, in_force: Mapping[str, Sourced]) -> None:
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        if at_start and all(
+            source in (None, "code")
+            for s in in_force.values()
+            for source in (s.concurrency, s.rate, s.group_concurrency)
+        ):
+            return  # the code's, as declared: nothing to say
         logger.info(
             "limits in force: %s",
             "; ".join(f"{name} {describe(s)}" for name, s in sorted(in_force.items())) or "none",

@@ -111,9 +111,11 @@ async def test_an_unknown_name_warns_and_is_kept(
 class Seen(Observer):
     def __init__(self) -> None:
         self.changes: list[dict[str, Any]] = []
+        self.at_start: list[bool] = []
 
-    def limits_changed(self, in_force: Any) -> None:
+    def limits_changed(self, in_force: Any, *, at_start: bool = False) -> None:
         self.changes.append(dict(in_force))
+        self.at_start.append(at_start)
 
 
 async def test_the_limiter_gives_the_claims_the_limits_in_force(app: asyncq.App) -> None:
@@ -132,7 +134,7 @@ async def test_the_limiter_gives_the_claims_the_limits_in_force(app: asyncq.App)
     await limiter._read()
     assert applied[-1] is not None
     assert applied[-1].names == sorted([send, report]) and applied[-1].concurrency[0] in (1, None)
-    assert not seen.changes  # the code's limits, as the worker started: nothing to tell
+    assert seen.at_start == [True]  # the code's limits, as the worker started
 
     await app.set_limits("mail", concurrency=4)
     await limiter._read()
@@ -144,6 +146,7 @@ async def test_the_limiter_gives_the_claims_the_limits_in_force(app: asyncq.App)
         report: None,
     }
     assert seen.changes[-1][bounce].limits == TaskLimits(concurrency=4)
+    assert seen.at_start == [True, False]
 
     count = len(applied)
     await limiter._read()  # nothing changed: nothing applied
