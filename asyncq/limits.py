@@ -111,9 +111,16 @@ class ClaimLimits:
     group_concurrency: list[int | None]
 
     @classmethod
-    def of(cls, tasks: Iterable[tuple[str, TaskLimits]]) -> ClaimLimits | None:
-        """The limits of the limited ones of ``tasks`` (name, limits); None if none is."""
-        limited = sorted(((name, lim) for name, lim in tasks if lim.any), key=lambda t: t[0])
+    def of(
+        cls, tasks: Iterable[tuple[str, TaskLimits]], fair: Iterable[str] = ()
+    ) -> ClaimLimits | None:
+        """The limits of the limited ones of ``tasks`` (name, limits), and of those named in
+        ``fair`` (whose grouped jobs the limited claim takes by turns, limited or not);
+        None if there are none."""
+        fair = frozenset(fair)
+        limited = sorted(
+            ((name, lim) for name, lim in tasks if lim.any or name in fair), key=lambda t: t[0]
+        )
         if not limited:
             return None
         return cls(

@@ -660,6 +660,11 @@ class Store:
         row = await cur.fetchone()
         return bool(row and row[0])
 
+    async def fair_tasks(self, conn: Conn) -> list[str]:
+        """The tasks whose jobs have been deferred in groups (claimed by turns)."""
+        cur = await conn.execute(self.q["fair_tasks"])
+        return [str(r[0]) for r in await cur.fetchall()]
+
     @_translating
     async def list_limits(self, conn: Conn) -> list[Override]:
         """Every override kept in the database."""

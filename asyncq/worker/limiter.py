@@ -9,6 +9,10 @@ poll interval). Each read is of the whole table
 claims take them from their next claim on: a task limited in code, or by an override,
 is claimed by the limited claim; when no task is limited any more, the plain claim.
 
+It reads the tasks whose jobs are deferred in groups too (``asyncq_fair_tasks``, told
+on the same channel as a task's first grouped defer commits): the limited claim takes
+their grouped jobs round-robin over the groups, by the turns the defers gave them.
+
 A role that may not read the table (a worker granted before it existed) keeps the
 limits in code, with a warning once.
 """
@@ -57,6 +61,8 @@ class Limiter:
         self.rate_limits = rate_limits  # False: the claims leave rate limits out
         self.wakeup = Wakeup()
         self.overrides: list[Override] = []
+        self.names = {name for name, _, _ in self.tasks}
+        self.fair: set[str] = set()  # tasks of this App deferred in groups: claimed by turns
         self.in_force: dict[str, Sourced] = {}
         self._refused = False
 
@@ -94,6 +100,7 @@ class Limiter:
             with anyio.CancelScope(shield=True):
                 async with pools.connection(self.pool) as conn:
                     overrides = await self.store.list_limits(conn)
+                    fair = set(await self.store.fair_tasks(conn)) & self.names
         except psycopg.errors.InsufficientPrivilege as exc:
             self._refused = True
             logger.warning(
@@ -103,19 +110,23 @@ class Limiter:
                 extra={"action": "limits_refused"},
             )
             return
-        if overrides != self.overrides or not self.in_force:
+        if overrides != self.overrides or fair != self.fair or not self.in_force:
             self.overrides = overrides
-            self._set(overrides)
+            self._set(overrides, fair)
 
-    def _set(self, overrides: list[Override]) -> None:
+    def _set(self, overrides: list[Override], fair: set[str]) -> None:
         found = dict(with_overrides(self.tasks, overrides))
-        if found == self.in_force:
+        if found == self.in_force and fair == self.fair:
             return
         first = not self.in_force
         self.in_force = found
+        self.fair = fair
         claimed = ClaimLimits.of(
-            (name, s.limits if self.rate_limits else s.limits.without_rate())
-            for name, s in found.items()
+            (
+                (name, s.limits if self.rate_limits else s.limits.without_rate())
+                for name, s in found.items()
+            ),
+            fair=fair,
         )
         self.apply(claimed)
         self.observer.limits_changed(found, at_start=first)
