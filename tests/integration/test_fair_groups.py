@@ -66,3 +66,19 @@ async def test_a_task_not_deferred_in_groups_is_claimed_as_before(app: asyncq.Ap
     assert db.execute("SELECT count(*) FROM asyncq_fair_tasks").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM asyncq_jobs WHERE turn IS NOT NULL").fetchone() == (0,)
     assert await claim(app, [plain.name], 2) == ids[:2]
+
+
+async def test_a_task_s_first_grouped_defer_tells_the_workers(app: asyncq.App, aconn: Any) -> None:
+    @app.task
+    async def work(n: int = 0) -> None:
+        pass
+
+    channel = (await (await aconn.execute("SELECT asyncq_channel()")).fetchone())[0]
+    await aconn.execute(f'LISTEN "{channel}"')
+    await work.options(group="acme").defer(n=1)  # the first: told
+    await work.options(group="globex").defer(n=2)  # known already: not told
+    await work.defer(n=3)  # the wake-up of a ready job, as ever
+    heard = []
+    async for notify in aconn.notifies(timeout=1.0):
+        heard.append(notify.payload)
+    assert heard.count("\x1c") == 1, heard
