@@ -21,8 +21,10 @@
 -- task tells it, on the channel, as set_limits does).
 --
 -- Jobs of such a task without a turn (deferred without a group, or before this
--- migration) are taken from the first p_scan of the task's ready jobs (by priority and
--- age), ahead of the grouped ones of their priority.
+-- migration) are taken when they are among the first `room` of the task's ready jobs (by
+-- priority and age: as the groups' oldest jobs are claimed, they come to it), ahead of
+-- the grouped ones of their priority. Looking further would fetch each job looked at
+-- from the table (the turn is not in asyncq_jobs_ready_by_task), on every claim.
 CREATE TABLE asyncq_fair_tasks (
     task_name text PRIMARY KEY,
     served    bigint NOT NULL DEFAULT 0
@@ -256,7 +258,7 @@ BEGIN
         ),
         -- A task whose jobs are deferred in groups (asyncq_fair_tasks): its grouped jobs in
         -- the order of their turns (given as they are deferred: round-robin over the groups,
-        -- see insert_grouped), and its jobs without a group among the first p_scan of its
+        -- see insert_grouped), and its jobs without a turn among the first `room` of its
         -- ready ones, first.
         fair AS MATERIALIZED (
             SELECT u.id, u.priority, u.run_at, u.group_key, room.task_name, room.room,
@@ -285,7 +287,7 @@ BEGIN
                                 AND (p_queues::text[] IS NULL OR queue = ANY(p_queues::text[]))
                                 AND array_position(v_paused, queue) IS NULL
                               ORDER BY task_name, priority DESC, run_at, id
-                              LIMIT p_scan) AS h
+                              LIMIT room.room) AS h
                       WHERE h.turn IS NULL
                       LIMIT room.room)) AS u
              WHERE room.room > 0 AND room.fair
