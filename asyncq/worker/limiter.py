@@ -51,6 +51,7 @@ class Limiter:
         poll_interval: float,
         observer: Observer,
         rate_limits: bool = True,
+        schema: str | None = None,
     ) -> None:
         self.pool = pool
         self.store = store
@@ -65,6 +66,7 @@ class Limiter:
         self.fair: set[str] = set()  # tasks of this App deferred in groups: claimed by turns
         self.in_force: dict[str, Sourced] = {}
         self._refused = False
+        self.schema = schema  # where to look for asyncq_jobs_ready_by_task (None: do not)
 
     def changed(self) -> None:
         """The overrides may have changed (a notification, a listener that reconnected):
@@ -101,6 +103,17 @@ class Limiter:
                 async with pools.connection(self.pool) as conn:
                     overrides = await self.store.list_limits(conn)
                     fair = set(await self.store.fair_tasks(conn)) & self.names
+                    if fair and self.schema is not None:
+                        schema, self.schema = self.schema, None  # looked for once
+                        if not await self.store.has_ready_by_task(conn, schema):
+                            logger.warning(
+                                "tasks %s are deferred in groups, but %s.asyncq_jobs_ready_by_task"
+                                " is missing: each claim may read every ready job;"
+                                " docs/how-to/limits.md says how to make it",
+                                ", ".join(sorted(fair)),
+                                schema,
+                                extra={"action": "index_missing"},
+                            )
         except psycopg.errors.InsufficientPrivilege as exc:
             self._refused = True
             logger.warning(

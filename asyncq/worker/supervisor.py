@@ -251,6 +251,7 @@ class Worker:
             ),
             observer=observer,
             rate_limits=self.rate_limits,
+            schema=facts.schema,
         )
         waiting_wakeup = Wakeup()
         waiting_due = DueTimes(waiting_wakeup)
