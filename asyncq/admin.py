@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -20,9 +21,12 @@ from asyncq.display import age
 from asyncq.display import since as since_then
 from asyncq.errors import JobNotFound
 from asyncq.job import Status
+from asyncq.limits import Override, TaskLimits, with_overrides
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store, SyncConn
 from asyncq.workflow import SLEEP, WAIT
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -210,6 +214,125 @@ async def pause(conn: Conn, store: Store, queue: str) -> bool:
 async def resume(conn: Conn, store: Store, queue: str) -> bool:
     """Let workers claim from ``queue`` again; False if it was not paused."""
     return await store.resume_queue(conn, queue=validate_name("queue", queue))
+
+
+# Where a limit comes from, as `limits` shows it.
+SOURCE_NAMES = {"code": "code", "queue": "queue override", "task": "override"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LimitInfo:
+    """A task's limits in force (or a queue's overrides), each with its source: "code"
+    (declared on ``@app.task``), "override" (set for the task at runtime) or "queue
+    override" (set for its queue); None where there is no such limit. ``known`` is False
+    for an override of a task or queue the App does not have (kept, for the workers of
+    an App that does)."""
+
+    kind: str  # "task" or "queue"
+    name: str
+    queue: str | None
+    concurrency: int | None
+    concurrency_source: str | None
+    rate_limit: str | None
+    rate_limit_source: str | None
+    group_concurrency: int | None
+    group_concurrency_source: str | None
+    known: bool = True
+
+
+def limit_target(name: str, tasks: Mapping[str, str]) -> tuple[str, bool]:
+    """Whether ``name`` is a task ("task") or a queue ("queue") of an App whose ``tasks``
+    map each name to its queue, and whether the App knows it (an unknown name is taken
+    for a task's)."""
+    validate_name("task or queue", name)
+    if name in tasks:
+        return "task", True
+    if name in tasks.values():
+        return "queue", True
+    return "task", False
+
+
+async def set_limits(
+    conn: Conn,
+    store: Store,
+    name: str,
+    tasks: Mapping[str, str],
+    *,
+    concurrency: object = None,
+    rate_limit: object = None,
+    group_concurrency: object = None,
+) -> Override:
+    """Override limits of the task or queue ``name``, kept in the database, and tell every
+    worker. ConfigurationError (nothing written) for a bad limit; an unknown name is
+    written with a warning."""
+    kind, known = limit_target(name, tasks)
+    override = Override.given(
+        kind,
+        name,
+        concurrency=concurrency,
+        rate_limit=rate_limit,
+        group_concurrency=group_concurrency,
+    )
+    if not known:
+        logger.warning(
+            "no task or queue of this App is named %r: its limits are kept, for the workers"
+            " of an App that has a task of that name",
+            name,
+            extra={"action": "limits_unknown"},
+        )
+    await store.set_limits(conn, override=override)
+    return override
+
+
+async def reset_limits(conn: Conn, store: Store, name: str, tasks: Mapping[str, str]) -> bool:
+    """Drop the overrides of the task or queue ``name`` (the code's limits hold again), and
+    tell every worker; False if it had none."""
+    kind, _ = limit_target(name, tasks)
+    return await store.reset_limits(conn, kind=kind, name=name)
+
+
+async def limits(
+    conn: Conn, store: Store, tasks: Iterable[tuple[str, str, TaskLimits]]
+) -> list[LimitInfo]:
+    """Every task's limits in force, each with its source; then each queue's overrides, and
+    the overrides of tasks the App does not have."""
+    tasks = list(tasks)
+    overrides = await store.list_limits(conn)
+    found = []
+    for (name, s), (_, queue, _) in zip(with_overrides(tasks, overrides), tasks, strict=True):
+        found.append(
+            LimitInfo(
+                kind="task",
+                name=name,
+                queue=queue,
+                concurrency=s.limits.concurrency,
+                concurrency_source=SOURCE_NAMES.get(s.concurrency or ""),
+                rate_limit=None if s.limits.rate is None else str(s.limits.rate),
+                rate_limit_source=SOURCE_NAMES.get(s.rate or ""),
+                group_concurrency=s.limits.group_concurrency,
+                group_concurrency_source=SOURCE_NAMES.get(s.group_concurrency or ""),
+            )
+        )
+    names, queues = {t[0] for t in tasks}, {t[1] for t in tasks}
+    for o in overrides:
+        if o.kind == "task" and o.name in names:
+            continue
+        source = "queue override" if o.kind == "queue" else "override"
+        found.append(
+            LimitInfo(
+                kind=o.kind,
+                name=o.name,
+                queue=o.name if o.kind == "queue" else None,
+                concurrency=o.concurrency,
+                concurrency_source=None if o.concurrency is None else source,
+                rate_limit=None if o.rate is None else str(o.rate),
+                rate_limit_source=None if o.rate is None else source,
+                group_concurrency=o.group_concurrency,
+                group_concurrency_source=None if o.group_concurrency is None else source,
+                known=o.name in (queues if o.kind == "queue" else names),
+            )
+        )
+    return found
 
 
 STATUSES = tuple(str(s) for s in Status)

@@ -640,6 +640,51 @@ class App:
         async with pools.connection(self.pool) as conn:
             return await admin.resume(conn, self.store, queue)
 
+    async def set_limits(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        group_concurrency: int | None = None,
+    ) -> None:
+        """Override limits of the task or the queue ``name`` (a queue's apply to each of its
+        tasks; a task's over its queue's): kept in the database, every worker claims by
+        them within a second, and they hold until `reset_limits`. The limits declared on
+        ``@app.task`` are the defaults; a limit not given keeps the override there is (or
+        the code's). Raises `ConfigurationError` for a bad limit (a concurrency below 1, a
+        rate that does not parse), writing nothing; a name that is neither a task nor a
+        queue of this App is kept, with a warning (the workers of an App that has such a
+        task apply it)."""
+        async with pools.connection(self.pool) as conn:
+            await admin.set_limits(
+                conn,
+                self.store,
+                name,
+                self._task_queues(),
+                concurrency=concurrency,
+                rate_limit=rate_limit,
+                group_concurrency=group_concurrency,
+            )
+
+    async def reset_limits(self, name: str) -> bool:
+        """Drop the overrides of the task or queue ``name``: the limits in code hold again,
+        on every worker within a second. False if it had none."""
+        async with pools.connection(self.pool) as conn:
+            return await admin.reset_limits(conn, self.store, name, self._task_queues())
+
+    async def limits(self) -> list[admin.LimitInfo]:
+        """Every task's limits in force with their sources (code, override, queue
+        override), then the queues' overrides and those of tasks this App does not have."""
+        async with pools.connection(self.pool) as conn:
+            return await admin.limits(conn, self.store, self._task_limits())
+
+    def _task_queues(self) -> dict[str, str]:
+        return {name: task.queue for name, task in self.tasks.items()}
+
+    def _task_limits(self) -> list[tuple[str, str, TaskLimits]]:
+        return [(name, task.queue, task.limits) for name, task in self.tasks.items()]
+
     async def result(self, job_id: int, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """Wait for job ``job_id`` to end; return what its task returned (decoded from
         JSON; None when it returned None or its result could not be stored).
@@ -715,6 +760,11 @@ class App:
                     (name, task.limits if rate_limits else task.limits.without_rate())
                     for name, task in self.tasks.items()
                 ),
+                task_limits=[
+                    (name, task.queue, task.limits if rate_limits else task.limits.without_rate())
+                    for name, task in self.tasks.items()
+                ],
+                rate_limits=rate_limits,
             )
             return await worker.run()
         finally:

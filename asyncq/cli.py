@@ -194,6 +194,30 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
         command.add_argument("queue", metavar="QUEUE", help="the queue's name")
 
+    limits = commands.add_parser(
+        "limits",
+        help="show or change the tasks' limits at runtime",
+        description="Without options: every task's limits in force, each with its source"
+        " (code: declared on @app.task; override: set for the task at runtime; queue"
+        " override: set for its queue), then the overrides of queues and of unknown tasks."
+        " With options: override those limits of TASK (or of every task of QUEUE), kept in"
+        " the database; every worker claims by them within a second. --reset drops the"
+        " overrides: the limits in code hold again.",
+    )
+    limits.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    limits.add_argument("name", metavar="TASK|QUEUE", nargs="?", help="a task's or queue's name")
+    limits.add_argument("--concurrency", type=int, metavar="N", help="at most N jobs at once")
+    limits.add_argument(
+        "--rate", metavar="N/s", help='at most N starts a period: "N/s", "N/m", "N/h"'
+    )
+    limits.add_argument(
+        "--group-concurrency", type=int, metavar="N", help="at most N jobs of one group at once"
+    )
+    limits.add_argument(
+        "--reset", action="store_true", help="drop the overrides: back to the code's"
+    )
+    limits.add_argument("--json", action="store_true", help="one JSON object per task or queue")
+
     jobs = commands.add_parser(
         "jobs",
         help="list jobs",
@@ -510,6 +534,49 @@ async def _resume(app: App, args: argparse.Namespace) -> None:
     async with app:
         changed = await app.resume(args.queue)
     print(f"queue {args.queue} resumed" if changed else f"queue {args.queue} was not paused")
+
+
+async def _limits(app: App, args: argparse.Namespace) -> None:
+    setting = any(v is not None for v in (args.concurrency, args.rate, args.group_concurrency))
+    if (setting or args.reset) and args.name is None:
+        raise CommandError("name the task or queue whose limits to change (TASK|QUEUE)")
+    if setting and args.reset:
+        raise CommandError("--reset drops the overrides: give it no limit to set")
+    async with app:
+        if args.reset:
+            dropped = await app.reset_limits(args.name)
+            if not args.json:
+                print(
+                    f"{args.name}: overrides dropped, the limits in code hold"
+                    if dropped
+                    else f"{args.name} had no overrides"
+                )
+        elif setting:
+            await app.set_limits(
+                args.name,
+                concurrency=args.concurrency,
+                rate_limit=args.rate,
+                group_concurrency=args.group_concurrency,
+            )
+        found = await app.limits()
+    if args.name is not None:
+        found = [f for f in found if args.name in (f.name, f.queue)]
+
+    def cell(value: object, source: str | None) -> str:
+        return "-" if value is None else f"{value} ({source})"
+
+    def row(f: admin.LimitInfo) -> list[object]:
+        return [
+            f.name if f.known else f"{f.name} (unknown)",
+            f.kind,
+            f.queue or "-",
+            cell(f.concurrency, f.concurrency_source),
+            cell(f.rate_limit, f.rate_limit_source),
+            cell(f.group_concurrency, f.group_concurrency_source),
+        ]
+
+    headers = ["name", "kind", "queue", "concurrency", "rate", "group concurrency"]
+    _print_listing(args, found, headers, row, empty="no tasks and no overrides")
 
 
 async def _jobs(app: App, args: argparse.Namespace) -> None:
@@ -919,6 +986,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "retry": _retry,
         "pause": _pause,
         "resume": _resume,
+        "limits": _limits,
         "jobs": _jobs,
         "job": _job,
         "workers": _workers,

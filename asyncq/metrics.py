@@ -10,6 +10,7 @@ from typing import Any
 
 from asyncq.errors import ConfigurationError
 from asyncq.job import Job
+from asyncq.limits import Sourced
 from asyncq.worker.observer import Observer, QueueDepth
 from asyncq.worker.outcomes import Kind, Outcome
 
@@ -82,6 +83,14 @@ class WorkerMetrics(Observer):
             ["state"],
             registry=r,
         )
+        self.limits = prom.Gauge(
+            "asyncq_task_limit",
+            "The limits in force of each limited task (concurrency, group_concurrency, and"
+            " rate_limit in starts per second), by source: code, or an override of the task"
+            " or of its queue (asyncq limits).",
+            ["task", "limit", "source"],
+            registry=r,
+        )
         self._server: Any = None
 
     def serve(self, port: int, host: str) -> None:
@@ -124,6 +133,22 @@ class WorkerMetrics(Observer):
     def workers(self, live: int, dead: int) -> None:
         self.workers_seen.labels("live").set(live)
         self.workers_seen.labels("dead").set(dead)
+
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        self.limits.clear()
+        for task, s in in_force.items():
+            lim = s.limits
+            for name, value, source in (
+                ("concurrency", lim.concurrency, s.concurrency),
+                (
+                    "rate_limit",
+                    None if lim.rate is None else lim.rate.count / lim.rate.period,
+                    s.rate,
+                ),
+                ("group_concurrency", lim.group_concurrency, s.group_concurrency),
+            ):
+                if value is not None and source is not None:
+                    self.limits.labels(task, name, source).set(value)
 
     def queue_depth(self, queues: Sequence[QueueDepth]) -> None:
         self.depth.clear()

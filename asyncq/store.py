@@ -27,7 +27,7 @@ from psycopg import AsyncConnection, Connection, errors, sql
 
 from asyncq.errors import AsyncqError, PreparedStatementsRefused, SchemaNotMigrated
 from asyncq.job import Job
-from asyncq.limits import ClaimLimits
+from asyncq.limits import ClaimLimits, Override
 from asyncq.schedule import Schedule
 
 Conn = AsyncConnection[Any]
@@ -638,6 +638,38 @@ class Store:
     async def paused_queues(self, conn: Conn) -> dict[str, datetime]:
         cur = await conn.execute(self.q["paused_queues"])
         return {str(r[0]): r[1] for r in await cur.fetchall()}
+
+    @_translating
+    async def set_limits(self, conn: Conn, *, override: Override) -> None:
+        """Write ``override`` over the one there is, and tell every worker."""
+        rate = override.rate
+        params = {
+            "kind": override.kind,
+            "name": override.name,
+            "concurrency": override.concurrency,
+            "rate": rate.count if rate else None,
+            "period": rate.period if rate else None,
+            "group_concurrency": override.group_concurrency,
+        }
+        await conn.execute(self.q["set_limits"], params)
+
+    @_translating
+    async def reset_limits(self, conn: Conn, *, kind: str, name: str) -> bool:
+        """Drop the overrides of a task or queue, and tell every worker; False if it had none."""
+        cur = await conn.execute(self.q["reset_limits"], {"kind": kind, "name": name})
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def fair_tasks(self, conn: Conn) -> list[str]:
+        """The tasks whose jobs have been deferred in groups (claimed by turns)."""
+        cur = await conn.execute(self.q["fair_tasks"])
+        return [str(r[0]) for r in await cur.fetchall()]
+
+    @_translating
+    async def list_limits(self, conn: Conn) -> list[Override]:
+        """Every override kept in the database."""
+        cur = await conn.execute(self.q["list_limits"])
+        return [Override.from_row(tuple(r)) for r in await cur.fetchall()]
 
     async def at_work(self, conn: Conn, *, pid: int, application_name: str | None) -> bool:
         """Whether the server is at work on a statement of the session ``pid`` (behind a

@@ -49,13 +49,30 @@ RETURNING id
 
 -- name: insert_grouped
 -- Jobs in a group, one per element of a JSON array. Apart from grouped jobs no insert
--- names group_key, so a role that may not write it can defer every other job.
+-- names group_key, so a role that may not write it can defer every other job. Each job
+-- takes its turn among the groups of its task (migration 0025): after the later of the
+-- group's last turn and the turn the task's claims have reached. The first grouped defer
+-- of a task tells the workers (the limits' notification: they claim it by turns now).
+WITH fair AS (
+    INSERT INTO asyncq_fair_tasks (task_name) VALUES (%(task_name)s)
+    ON CONFLICT (task_name) DO NOTHING
+    RETURNING pg_notify(asyncq_channel(), chr(28))
+),
+turns AS (
+    INSERT INTO asyncq_group_turns AS g (task_name, group_key, turn)
+    SELECT %(task_name)s, %(group_key)s,
+           coalesce((SELECT served FROM asyncq_fair_tasks WHERE task_name = %(task_name)s), 0)
+           + jsonb_array_length(%(args)s::jsonb)
+    ON CONFLICT (task_name, group_key) DO UPDATE
+       SET turn = greatest(g.turn + jsonb_array_length(%(args)s::jsonb), excluded.turn)
+    RETURNING g.turn - jsonb_array_length(%(args)s::jsonb) AS before
+)
 INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
-                         group_key)
-SELECT %(task_name)s, %(queue)s, a, %(priority)s,
+                         group_key, turn)
+SELECT %(task_name)s, %(queue)s, a.value, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
-       %(unique_key)s, %(group_key)s
-  FROM jsonb_array_elements(%(args)s::jsonb) AS a
+       %(unique_key)s, %(group_key)s, t.before + a.n
+  FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, n), turns t
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
@@ -86,12 +103,26 @@ RETURNING id
 
 -- name: insert_grouped_traced
 -- insert_grouped with the trace context of the defer's span.
+WITH fair AS (
+    INSERT INTO asyncq_fair_tasks (task_name) VALUES (%(task_name)s)
+    ON CONFLICT (task_name) DO NOTHING
+    RETURNING pg_notify(asyncq_channel(), chr(28))
+),
+turns AS (
+    INSERT INTO asyncq_group_turns AS g (task_name, group_key, turn)
+    SELECT %(task_name)s, %(group_key)s,
+           coalesce((SELECT served FROM asyncq_fair_tasks WHERE task_name = %(task_name)s), 0)
+           + jsonb_array_length(%(args)s::jsonb)
+    ON CONFLICT (task_name, group_key) DO UPDATE
+       SET turn = greatest(g.turn + jsonb_array_length(%(args)s::jsonb), excluded.turn)
+    RETURNING g.turn - jsonb_array_length(%(args)s::jsonb) AS before
+)
 INSERT INTO asyncq_jobs (task_name, queue, args, priority, run_at, max_attempts, unique_key,
-                         group_key, trace_context)
-SELECT %(task_name)s, %(queue)s, a, %(priority)s,
+                         group_key, trace_context, turn)
+SELECT %(task_name)s, %(queue)s, a.value, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => %(delay)s)), %(max_attempts)s,
-       %(unique_key)s, %(group_key)s, %(trace_context)s::jsonb
-  FROM jsonb_array_elements(%(args)s::jsonb) AS a
+       %(unique_key)s, %(group_key)s, %(trace_context)s::jsonb, t.before + a.n
+  FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, n), turns t
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
@@ -507,6 +538,41 @@ SELECT count(pg_notify(asyncq_channel(), name)) > 0 FROM resumed
 
 -- name: paused_queues
 SELECT name, paused_at FROM asyncq_queues WHERE paused_at IS NOT NULL ORDER BY name
+
+-- name: set_limits
+-- Override limits of a task or a queue (migration 0024): a NULL parameter keeps the
+-- override there is (or the code's limit, where there is none). Tells every worker at
+-- once, by a notification of the schema's channel that starts with chr(28) (the
+-- listener's LIMITS), sent as the transaction commits.
+WITH written AS (
+    INSERT INTO asyncq_limits AS l (kind, name, concurrency, rate, period, group_concurrency)
+    VALUES (%(kind)s, %(name)s, %(concurrency)s, %(rate)s, %(period)s, %(group_concurrency)s)
+    ON CONFLICT (kind, name) DO UPDATE
+       SET concurrency = coalesce(excluded.concurrency, l.concurrency),
+           rate = coalesce(excluded.rate, l.rate),
+           period = coalesce(excluded.period, l.period),
+           group_concurrency = coalesce(excluded.group_concurrency, l.group_concurrency),
+           updated_at = now()
+    RETURNING l.kind
+)
+SELECT count(pg_notify(asyncq_channel(), chr(28))) FROM written
+
+-- name: reset_limits
+-- Drop the overrides of a task or a queue: its limits are the code's again. Returns
+-- whether there were any; tells the workers as set_limits does.
+WITH dropped AS (
+    DELETE FROM asyncq_limits WHERE kind = %(kind)s AND name = %(name)s RETURNING kind
+)
+SELECT count(pg_notify(asyncq_channel(), chr(28))) > 0 FROM dropped
+
+-- name: list_limits
+SELECT kind, name, concurrency, rate, period, group_concurrency, updated_at
+  FROM asyncq_limits
+ ORDER BY kind, name
+
+-- name: fair_tasks
+-- The tasks whose jobs have been deferred in groups: claimed by turns (migration 0025).
+SELECT task_name FROM asyncq_fair_tasks ORDER BY task_name
 
 -- Listings of the asyncq command and the dashboard. Each state is read through its own
 -- index, in that state's natural order, so that a listing reads about as many rows as it

@@ -3,7 +3,8 @@ loops.
 
 A notification of jobs ready now wakes a claim loop at once; one of jobs that come due
 later (a delayed job, a retry) sets a timer for then (`DueTimes`); one of a cancel stops
-the attempt it names, if this worker runs it. The connection checks
+the attempt it names, if this worker runs it; one of limits changed has them read
+again (`asyncq.worker.limiter`). The connection checks
 its own health with a round trip on a timer (a dead socket can stay silent), reconnects
 with backoff, and after every (re)connect wakes a claim loop and asks the database when
 the next job comes due, for what it may have missed while it was not listening.
@@ -38,6 +39,7 @@ from asyncq.worker.wakeup import DueTimes, Wakeup
 DUE = "\x1f"  # between the queue and the milliseconds in a notification of a job due later
 ABORT = "\x1e"  # starts a cancel's notification: ABORT, the job's id, ':', its claim
 WAKE = "\x1d"  # starts a suspension's: WAKE and the milliseconds until the job comes due
+LIMITS = "\x1c"  # the limits kept in the database changed (set_limits in sql/queries.sql)
 
 
 class Listener:
@@ -58,8 +60,10 @@ class Listener:
         health_timeout: float,
         observer: Observer,
         pace: Pace | None = None,
+        limits_changed: Callable[[], None] | None = None,
     ) -> None:
         self.connect = connect
+        self.limits_changed = limits_changed
         self.store = store
         self.channel = channel
         self.queues = frozenset(queues) if queues else None
@@ -101,6 +105,8 @@ class Listener:
                     self.observer.listener_connected(reconnected=bool(tries.failures))
                     tries.succeeded()
                     self.wakeup.set()  # catch up on what was deferred while we were not listening
+                    if self.limits_changed is not None:  # and on limits changed meanwhile
+                        self.limits_changed()
                     if not started:
                         started = True
                         task_status.started()
@@ -156,6 +162,10 @@ class Listener:
                 if notify.payload.startswith(WAKE):
                     ms = notify.payload[1:]
                     self.waiting_due.add(int(ms) / 1000 if ms.isdigit() else 0.0)
+                    continue
+                if notify.payload.startswith(LIMITS):
+                    if self.limits_changed is not None:
+                        self.limits_changed()
                     continue
                 if notify.payload.startswith(ABORT):
                     job_id, _, claim = notify.payload[1:].partition(":")

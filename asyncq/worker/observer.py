@@ -22,6 +22,7 @@ from datetime import datetime
 from logging import DEBUG
 
 from asyncq.job import Job
+from asyncq.limits import Sourced, describe
 from asyncq.worker.outcomes import DONE, Kind, Outcome, Stop
 
 logger = logging.getLogger("asyncq.worker")
@@ -145,6 +146,11 @@ class Observer:
     def listener_connected(self, reconnected: bool) -> None:
         pass
 
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        """The limits the claims enforce changed (an override set or reset at runtime), or
+        were read as the worker started (``at_start``): ``in_force`` has every task's,
+        with where each comes from."""
+
 
 class Observers(Observer):
     """Several observers as one."""
@@ -239,6 +245,10 @@ class Observers(Observer):
     def listener_connected(self, reconnected: bool) -> None:
         for o in self.observers:
             o.listener_connected(reconnected)
+
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        for o in self.observers:
+            o.limits_changed(in_force, at_start=at_start)
 
 
 class Counts(Observer):
@@ -513,3 +523,16 @@ class LogObserver(Observer):
     def listener_connected(self, reconnected: bool) -> None:
         if reconnected:
             logger.info("listener reconnected", extra={"action": "listener_reconnected"})
+
+    def limits_changed(self, in_force: Mapping[str, Sourced], *, at_start: bool = False) -> None:
+        if at_start and all(
+            source in (None, "code")
+            for s in in_force.values()
+            for source in (s.concurrency, s.rate, s.group_concurrency)
+        ):
+            return  # the code's, as declared: nothing to say
+        logger.info(
+            "limits in force: %s",
+            "; ".join(f"{name} {describe(s)}" for name, s in sorted(in_force.items())) or "none",
+            extra={"action": "limits_changed"},
+        )

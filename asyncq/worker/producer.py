@@ -104,6 +104,7 @@ class Producer:
         # Not the limited claim: its lock is held through its commit, and the done write
         # (with its announcement to result waiters) there made every claim's turn longer
         # than the outcome writer's own statement beside it (benchmarks/README.md).
+        self._completer = completer
         self.completer = completer if limits is None else None
         # Tasks this worker does not know, found by claiming their jobs: its plain claims
         # skip them, for a worker that knows them (their jobs are given back meanwhile).
@@ -111,8 +112,17 @@ class Producer:
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
         self.limited_out = 0  # limited tasks' jobs the claims out may take
-        if self.completer is not None:
-            self.completer.claim_coming = lambda: self.claiming > 0
+        if completer is not None:
+            completer.claim_coming = lambda: self.claiming > 0 and self.completer is not None
+
+    def set_limits(self, limits: ClaimLimits | None) -> None:
+        """Claim with ``limits`` from the next claim on (the limits in force changed at
+        runtime): the limited claim while any task is limited, else the plain one."""
+        self.limits = limits
+        self.limited_names = frozenset(limits.names) if limits is not None else frozenset()
+        self.completer = self._completer if limits is None else None
+        if self._completer is not None:
+            self._completer.kick()  # its done outcomes no longer wait for a limited claim
 
     async def run(self) -> None:
         """Claim until cancelled; in drain mode, return once nothing is ready or running."""

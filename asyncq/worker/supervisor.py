@@ -29,7 +29,7 @@ import asyncq
 from asyncq import migrate, pools
 from asyncq.errors import ConfigurationError, PreparedStatementsRefused, SchemaNotMigrated
 from asyncq.job import Job
-from asyncq.limits import ClaimLimits
+from asyncq.limits import ClaimLimits, TaskLimits
 from asyncq.pools import reconnect_options
 from asyncq.schedule import Schedule
 from asyncq.store import REFUSED_PREPARED, Store, WorkerFacts, asyncq_error
@@ -39,6 +39,7 @@ from asyncq.worker.completer import Completer
 from asyncq.worker.dispatch import Dispatcher, State
 from asyncq.worker.executor import Executor, Middleware, RunnableTask
 from asyncq.worker.heartbeat import Heartbeat
+from asyncq.worker.limiter import Limiter
 from asyncq.worker.listener import Listener
 from asyncq.worker.logcapture import LogCapture, level_of
 from asyncq.worker.maintenance import Maintainer
@@ -71,6 +72,7 @@ from asyncq.worker.wakeup import DueTimes, Wakeup
 logger = logging.getLogger("asyncq.worker")
 
 CLOSE_DEADLINE = 10.0
+LIMITS_RECHECK = 60.0  # seconds between reads of the limits kept in the database, told or not
 
 
 class Worker:
@@ -89,9 +91,13 @@ class Worker:
         observers: Sequence[Observer] = (),
         schedules: Sequence[Schedule] = (),
         limits: ClaimLimits | None = None,
+        task_limits: Sequence[tuple[str, str, TaskLimits]] = (),
+        rate_limits: bool = True,
     ) -> None:
         self.id = worker_id
-        self.limits = limits
+        self.limits = limits  # in code: the claims' until the limiter has read the overrides
+        self.task_limits = list(task_limits)  # each task's name, queue and limits in code
+        self.rate_limits = rate_limits  # False: the claims leave the rate limits out
         self.tasks = tasks
         self.app_pool = app_pool
         self.store = store
@@ -231,6 +237,22 @@ class Worker:
             completer=completer,
             connect=self._connect_for_a_look,
         )
+        limiter = Limiter(
+            pool=pool,
+            store=self.store,
+            tasks=self.task_limits,
+            apply=producer.set_limits,
+            # Told by the listener of every change, and after every reconnect: the table is
+            # read again on a timer only for a notification lost all the same.
+            poll_interval=(
+                settings.poll_interval
+                if self.listen_conninfo is None
+                else max(settings.poll_interval, LIMITS_RECHECK)
+            ),
+            observer=observer,
+            rate_limits=self.rate_limits,
+            schema=facts.schema,
+        )
         waiting_wakeup = Wakeup()
         waiting_due = DueTimes(waiting_wakeup)
         listen_conninfo = self.listen_conninfo
@@ -253,6 +275,7 @@ class Worker:
                 health_timeout=settings.listener_health_timeout,
                 observer=observer,
                 pace=round_trip,
+                limits_changed=limiter.changed,
             )
         else:  # no LISTEN: the claim loop polls, and cancels are looked for as often
             told = AbortPoll(
@@ -267,6 +290,7 @@ class Worker:
             completer,
             checkpoints,
             told,
+            limiter,
             Waker(
                 pool=pool,
                 store=self.store,

@@ -33,6 +33,8 @@ def test_a_worker_serves_its_metrics(db, workers: Workers) -> None:
     paused = workers.cli("pause", APP, "held")
     assert paused.returncode == 0, paused.stderr
     insert_jobs(db, NOOP, [{"n": n} for n in range(5)], queue="held")
+    limited = workers.cli("limits", APP, FAIL, "--concurrency", "5")
+    assert limited.returncode == 0, limited.stderr
     port = free_port()
     workers.start("--metrics-port", str(port))
     insert_jobs(db, NOOP, [{"n": n} for n in range(20)])
@@ -53,6 +55,12 @@ def test_a_worker_serves_its_metrics(db, workers: Workers) -> None:
     assert found[("asyncq_attempt_duration_seconds_count", (("task", NOOP),))] == 20
     assert found[("asyncq_claim_duration_seconds_count", ())] >= 1
     assert found[("asyncq_queue_jobs", (("queue", "held"), ("state", "ready")))] == 5
+    # The limits in force, with their source: here an override set at runtime.
+    limit = ("asyncq_task_limit", (("limit", "concurrency"), ("source", "task"), ("task", FAIL)))
+    assert found[limit] == 5
+    assert not any(
+        name == "asyncq_task_limit" and dict(labels)["task"] == NOOP for name, labels in found
+    )
     # The workers listed in the database, as the worker saw them at its row's refresh.
     live = ("asyncq_workers", (("state", "live"),))
     wait_until(lambda: scrape(port).get(live) == 1, 15, "the worker to count itself")

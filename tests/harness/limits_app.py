@@ -43,6 +43,13 @@ async def rated(n: int) -> None:
     record("end")
 
 
+@app.task(concurrency=1)
+async def single(ms: int) -> None:
+    record("start")
+    await asyncio.sleep(ms / 1000)
+    record("end")
+
+
 @app.task
 async def free(ms: int) -> None:
     record("start")
@@ -54,3 +61,4 @@ CAPPED = capped.name
 GROUPED = grouped.name
 RATED = rated.name
 FREE = free.name
+SINGLE = single.name

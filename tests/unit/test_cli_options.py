@@ -21,6 +21,7 @@ COMMANDS = {
     "retry": ["m:app", "1"],
     "pause": ["m:app", "q"],
     "resume": ["m:app", "q"],
+    "limits": ["m:app"],
     "jobs": ["m:app"],
     "job": ["m:app", "1"],
     "workers": ["m:app"],
