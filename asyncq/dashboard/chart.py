@@ -1,11 +1,14 @@
-"""Jobs ended per minute as stacked bars, laid out for an inline SVG (no script, no
-stylesheet: the template draws rectangles at these coordinates)."""
+"""Charts laid out for inline SVG (no script, no stylesheet: the templates draw shapes at
+these coordinates): jobs ended per minute as stacked bars, and each queue's ready jobs,
+jobs done per minute and wait over the last hour as small lines."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+from asyncq.admin import QueueHistory
 
 WIDTH = 720
 HEIGHT = 160
@@ -67,3 +70,86 @@ def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minu
         if i % 10 == 0:
             labels.append((round(i * step + 1, 1), f"{slot:%H:%M}"))
     return Chart(width=WIDTH, height=HEIGHT, bars=bars, peak=peak, labels=labels)
+
+
+# -- a queue over the last hour: three small line charts -------------------------------
+
+SPARK_WIDTH = 180
+SPARK_HEIGHT = 36
+
+
+@dataclass(frozen=True, slots=True)
+class Spark:
+    """One series as a polyline in a ``SPARK_WIDTH`` by ``SPARK_HEIGHT`` box: ``points``
+    for the ``points`` attribute (a gap where the series has no value ends a segment:
+    ``segments``), its ``peak`` and its ``last`` value, as text."""
+
+    what: str
+    segments: list[str]
+    peak: str
+    last: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Trends:
+    """A queue's depth, jobs done per minute and wait, over its history's minutes."""
+
+    minutes: int
+    depth: Spark
+    rate: Spark
+    wait: Spark
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
+    return f"{value / 60:.1f}m" if value < 600 else f"{value / 60:.0f}m"
+
+
+def spark(
+    what: str, values: Sequence[float | None], *, unit: str = "", seconds: bool = False
+) -> Spark:
+    """``values``, one per minute (None: no value that minute), as a line from the left
+    edge (the oldest) to the right (now), scaled to the series' peak."""
+    shown = _seconds if seconds else _number
+    present = [v for v in values if v is not None]
+    peak = max(present, default=0.0)
+    step = SPARK_WIDTH / max(len(values) - 1, 1)
+    segments: list[str] = []
+    points: list[str] = []
+    for i, value in enumerate(values):
+        if value is None:
+            if points:
+                segments.append(" ".join(points))
+                points = []
+            continue
+        y = SPARK_HEIGHT - 2 - (SPARK_HEIGHT - 4) * (value / peak if peak else 0.0)
+        points.append(f"{i * step:.1f},{y:.1f}")
+    if points:
+        segments.append(" ".join(points))
+    last = values[-1] if values else None
+    last_text = "-" if last is None else shown(last) + unit
+    peak_text = shown(peak) + unit
+    return Spark(
+        what=what,
+        segments=segments,
+        peak=peak_text,
+        last=last_text,
+        title=f"{what}: now {last_text}, peak {peak_text}",
+    )
+
+
+def trends(history: QueueHistory) -> Trends:
+    """A queue's history as three lines: ready jobs at the end of each minute, jobs
+    done in each minute, the longest wait (due to start) of the jobs claimed in each."""
+    return Trends(
+        minutes=history.minutes,
+        depth=spark("ready", history.depth),
+        rate=spark("done/min", history.done),
+        wait=spark("longest wait", history.wait_max, seconds=True),
+    )
