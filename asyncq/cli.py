@@ -1012,7 +1012,8 @@ async def _bulk(app: App, args: argparse.Namespace) -> None:
     else:
         print(
             f"{args.action}{value}: {result.changed} of {matched} matching jobs changed in"
-            f" {result.batches} batches; audit record {result.audit_id}"
+            f" {result.batches} batch{'' if result.batches == 1 else 'es'};"
+            f" audit record {result.audit_id}"
         )
 
 
