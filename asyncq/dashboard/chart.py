@@ -76,16 +76,18 @@ def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minu
 
 SPARK_WIDTH = 180
 SPARK_HEIGHT = 36
+SPARK_INSET = 3  # room at the edges for a dot
 
 
 @dataclass(frozen=True, slots=True)
 class Spark:
-    """One series as a polyline in a ``SPARK_WIDTH`` by ``SPARK_HEIGHT`` box: ``points``
-    for the ``points`` attribute (a gap where the series has no value ends a segment:
-    ``segments``), its ``peak`` and its ``last`` value, as text."""
+    """One series as polylines in a ``SPARK_WIDTH`` by ``SPARK_HEIGHT`` box: each of
+    ``segments`` for a ``points`` attribute (a minute without a value ends a segment; a
+    value alone is one of ``dots``), its ``peak`` and its ``last`` value, as text."""
 
     what: str
     segments: list[str]
+    dots: list[tuple[str, str]]  # x, y of a value alone between gaps (no line to draw)
     peak: str
     last: str
     title: str
@@ -119,25 +121,25 @@ def spark(
     shown = _seconds if seconds else _number
     present = [v for v in values if v is not None]
     peak = max(present, default=0.0)
-    step = SPARK_WIDTH / max(len(values) - 1, 1)
-    segments: list[str] = []
-    points: list[str] = []
+    step = (SPARK_WIDTH - 2 * SPARK_INSET) / max(len(values) - 1, 1)
+    runs: list[list[tuple[str, str]]] = [[]]
     for i, value in enumerate(values):
         if value is None:
-            if points:
-                segments.append(" ".join(points))
-                points = []
+            runs.append([])
             continue
-        y = SPARK_HEIGHT - 2 - (SPARK_HEIGHT - 4) * (value / peak if peak else 0.0)
-        points.append(f"{i * step:.1f},{y:.1f}")
-    if points:
-        segments.append(" ".join(points))
+        rise = (SPARK_HEIGHT - 2 * SPARK_INSET) * (value / peak if peak else 0.0)
+        runs[-1].append(
+            (f"{SPARK_INSET + i * step:.1f}", f"{SPARK_HEIGHT - SPARK_INSET - rise:.1f}")
+        )
+    segments = [" ".join(f"{x},{y}" for x, y in run) for run in runs if len(run) > 1]
+    dots = [run[0] for run in runs if len(run) == 1]
     last = values[-1] if values else None
     last_text = "-" if last is None else shown(last) + unit
     peak_text = shown(peak) + unit
     return Spark(
         what=what,
         segments=segments,
+        dots=dots,
         peak=peak_text,
         last=last_text,
         title=f"{what}: now {last_text}, peak {peak_text}",

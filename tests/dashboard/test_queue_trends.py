@@ -97,7 +97,8 @@ async def test_the_queues_page_shows_each_queues_trends_and_counts_that_agree(
     assert lasts[0] == "2" and peaks[0] == "2"  # ready now, and at most
     assert peaks[1] == "1"  # done in a minute, at most
     assert peaks[2] == "40s"  # the longest wait
-    assert trend.count("<polyline") >= 3
+    assert trend.count("<polyline") == 2  # ready and done/min: a line each
+    assert trend.count("<circle") == 3  # a wait in each of three minutes, alone
     # Every job in the table by state: done never fewer than the three of the last hour.
     states = html[html.index('<table id="states"') :]
     states = states[: states.index("</table>")]
