@@ -963,7 +963,7 @@ async def _bulk(app: App, args: argparse.Namespace) -> None:
             counted = await admin.count_matching(conn, app.store, where, eligible=action.eligible)
         matched = f"{counted.found}{'+' if counted.more else ''}"
         changes = f"{counted.changes}{'+' if counted.more else ''}"
-        if not args.yes:
+        if not args.yes or up_to == 0:  # a preview; or no job at all, nothing to do
             if args.json:
                 print(admin.as_json({"action": args.action, "preview": True, **_counts(counted)}))
             else:
@@ -971,7 +971,11 @@ async def _bulk(app: App, args: argparse.Namespace) -> None:
                     f"{matched} jobs match; {changes} of them ({', '.join(action.eligible)})"
                     f" would be {action.says}."
                 )
-                print(f"nothing changed: run it with --yes to {args.action}{value} them")
+                print(
+                    "nothing changed: there are no jobs"
+                    if up_to == 0
+                    else f"nothing changed: run it with --yes to {args.action}{value} them"
+                )
             return
         tty = sys.stderr.isatty() and not args.json
 

@@ -87,6 +87,9 @@ def test_a_preview_changes_nothing_and_yes_changes_the_matching_rows_with_an_aud
 
 
 def test_bad_bulk_arguments_are_refused_and_change_nothing(db: Any, workers: Workers) -> None:
+    empty = workers.cli("bulk", APP, "delete", "--yes")
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout.splitlines()[-1] == "nothing changed: there are no jobs"
     ids = insert_jobs(db, NOOP, [{"n": 1}], status="failed")
     for args, says in (
         (["priority", "high"], "priority takes the new priority"),
