@@ -574,7 +574,8 @@ class Horizon:
 @dataclass(frozen=True, slots=True)
 class TableStats:
     """The jobs table's health: rows by state (done ones estimated from the statistics:
-    counting them would read most of the table), what vacuum has to do and when it last
+    counting them would read most of the table; never fewer than those done in the
+    throughput's window, which are counted), what vacuum has to do and when it last
     did it, whether autovacuum runs (``autovacuum``: on the server; ``autovacuum_off``:
     asyncq's tables it skips by their own setting), sizes, what holds the vacuum horizon
     back, throughput, and warnings."""
@@ -936,6 +937,55 @@ async def queues(conn: Conn, store: Store) -> list[QueueOverview]:
     return [QueueOverview(*row) for row in await store.queue_overview(conn)]
 
 
+HISTORY_MINUTES = 60
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHistory:
+    """A queue over the last ``minutes``, a value per minute counted back from now (the
+    first the oldest, the last ending now): ``depth``, its ready jobs (due, not claimed)
+    at the end of each minute; ``done``, the jobs done in it (they add up to the
+    overview's done in the last hour); ``started``, the jobs claimed in it, with
+    ``wait_avg`` and ``wait_max``, their waits in seconds from due (``run_at``) to start
+    (None: none claimed). Read from the jobs' own times: a job retried counts from its
+    latest due time, and jobs deleted are not there."""
+
+    name: str
+    minutes: int
+    depth: list[int]
+    done: list[int]
+    started: list[int]
+    wait_avg: list[float | None]
+    wait_max: list[float | None]
+
+
+async def queue_history(
+    conn: Conn, store: Store, *, minutes: int = HISTORY_MINUTES
+) -> dict[str, QueueHistory]:
+    """Each queue with jobs in the last ``minutes`` (or ready now), by name."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+        raise ValueError(f"minutes is a whole number from 1 to 1440, not {minutes!r}")
+    slots: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for queue, slot, *counts in await store.queue_history(conn, minutes=minutes):
+        slots.setdefault(queue, {})[slot] = tuple(counts)
+    found = {}
+    for name, by_slot in slots.items():
+        depth, done, started, avg, longest = [], [], [], [], []
+        ready = 0
+        for i in range(minutes):
+            arrived, departed, ended, claimed, waited, wait_max = by_slot.get(
+                i, (0, 0, 0, 0, 0.0, None)
+            )
+            ready += arrived - departed
+            depth.append(ready)
+            done.append(ended)
+            started.append(claimed)
+            avg.append(waited / claimed if claimed else None)
+            longest.append(wait_max)
+        found[name] = QueueHistory(name, minutes, depth, done, started, avg, longest)
+    return found
+
+
 async def stats(
     conn: Conn, store: Store, *, max_snapshot_age: float = 300.0, minutes: int = 10
 ) -> TableStats:
@@ -946,7 +996,11 @@ async def stats(
     horizon = await store.oldest_snapshot(conn)
     autovacuum, autovacuum_off = await store.autovacuum_off(conn)
     rows = dict(zip(("queued", "running", "waiting", "failed", "cancelled"), counts, strict=True))
-    rows["done"] = max(health[0] - sum(rows.values()), 0)  # estimated: live tuples less the rest
+    # Estimated: live tuples less the rest (the statistics lag behind the table); never
+    # fewer than the done jobs counted exactly in the throughput's window.
+    throughput = [(r[0], r[1], r[2]) for r in await store.throughput(conn, minutes=minutes)]
+    recent = sum(n for _, status, n in throughput if status == "done")
+    rows["done"] = max(health[0] - sum(rows.values()), recent, 0)
     found = TableStats(
         rows=rows,
         live_tuples=health[0],
@@ -969,7 +1023,7 @@ async def stats(
         total_bytes=health[15],
         index_sizes={str(name): int(size) for name, size in await store.index_sizes(conn)},
         horizon=None if horizon is None else Horizon(*horizon),
-        throughput=[(r[0], r[1], r[2]) for r in await store.throughput(conn, minutes=minutes)],
+        throughput=throughput,
     )
     found.warnings.extend(vacuum_warnings(found, max_snapshot_age=max_snapshot_age))
     return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import importlib
 import json
 import logging
@@ -305,6 +306,59 @@ def build_parser() -> argparse.ArgumentParser:
         help="for example 90s, 30m, 12h, 7d (default 1d)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object")
+
+    bulk = commands.add_parser(
+        "bulk",
+        help="act on every job a filter finds, with a preview",
+        description="Act on the jobs a filter finds, as the dashboard's bulk actions do:"
+        " requeue (failed, cancelled), cancel (queued, running, waiting), delete (done,"
+        " failed, cancelled), priority N (queued, waiting), move QUEUE (queued, waiting,"
+        " failed, cancelled). Without --yes it prints how many jobs match and how many it"
+        " would change, and changes nothing. With --yes it changes the jobs that match and"
+        " existed when it started, in batches (each its own short transaction), printing"
+        " the rows done as each batch commits, then writes an audit record (who: the OS"
+        " user; asyncq audit lists them).",
+    )
+    bulk.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    bulk.add_argument("action", choices=list(admin.BULK_ACTIONS), help="what to do")
+    bulk.add_argument(
+        "value", nargs="?", metavar="N|QUEUE", help="the new priority, or the queue to move to"
+    )
+    bulk.add_argument("-s", "--status", choices=admin.STATUSES, help="only jobs in this state")
+    bulk.add_argument("-q", "--queue", metavar="Q", help="only jobs of this queue")
+    bulk.add_argument(
+        "-t", "--task", metavar="TASK", help="only jobs whose task name starts with this"
+    )
+    bulk.add_argument("--worker", metavar="ID", help="only jobs this worker holds")
+    bulk.add_argument("--text", metavar="TEXT", help="only jobs whose arguments contain this")
+    bulk.add_argument(
+        "--since",
+        type=_duration,
+        metavar="DURATION",
+        help="only jobs created within this long before now (30m, 24h, 7d)",
+    )
+    bulk.add_argument("--yes", action="store_true", help="do it (else: only the preview)")
+    bulk.add_argument(
+        "--batch",
+        type=int,
+        default=admin.BULK_BATCH,
+        metavar="N",
+        help=f"jobs per batch (default {admin.BULK_BATCH})",
+    )
+    bulk.add_argument("--json", action="store_true", help="print one JSON object")
+
+    audit = commands.add_parser(
+        "audit",
+        help="the bulk actions run, newest first",
+        description="The audit records of the bulk actions run from the dashboard or the"
+        " command line, newest first: when, who, the action and its value, the filter that"
+        " chose the jobs, how many its preview matched and how many rows changed.",
+    )
+    audit.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
+    audit.add_argument(
+        "-n", "--limit", type=int, default=20, metavar="N", help="at most N records (default 20)"
+    )
+    audit.add_argument("--json", action="store_true", help="one JSON object per record")
 
     dashboard = commands.add_parser(
         "dashboard",
@@ -926,6 +980,131 @@ async def _prune(app: App, args: argparse.Namespace) -> None:
         )
 
 
+def _bulk_request(args: argparse.Namespace) -> tuple[admin.JobFilter, int | None, str | None]:
+    """The filter and the action's value the command line gives, checked."""
+    priority = queue = None
+    if args.action == "priority":
+        if args.value is None or not re.fullmatch(r"-?[0-9]+", args.value):
+            raise CommandError("priority takes the new priority: asyncq bulk APP priority 10")
+        priority = int(args.value)
+        if abs(priority) >= 2**31:
+            raise CommandError("a priority fits in 32 bits")
+    elif args.action == "move":
+        if not args.value:
+            raise CommandError("move takes the queue to move to: asyncq bulk APP move QUEUE")
+        queue = args.value
+    elif args.value is not None:
+        raise CommandError(f"{args.action} takes no value (got {args.value!r})")
+    if args.batch < 1:
+        raise CommandError("--batch is a whole number from 1")
+    since = None if args.since is None else datetime.now(UTC) - args.since
+    where = admin.JobFilter(
+        status=args.status,
+        queue=args.queue,
+        task=args.task,
+        worker=args.worker,
+        since=since,
+        text=args.text,
+    )
+    return where, priority, queue
+
+
+def _actor() -> str:
+    """Who runs a bulk action from the command line: the OS user."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment or the password file
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
+async def _bulk(app: App, args: argparse.Namespace) -> None:
+    where, priority, queue = _bulk_request(args)
+    action = admin.BULK_ACTIONS[args.action]
+    value = f" {args.value}" if args.value is not None else ""
+    async with app:
+        async with pools.connection(app.pool) as conn:
+            # The jobs there now: those created later are not acted on (as the preview
+            # the dashboard shows before its confirmation).
+            up_to = await admin.newest_id(conn, app.store)
+            where = dataclasses.replace(where, up_to=up_to or None)
+            counted = await admin.count_matching(conn, app.store, where, eligible=action.eligible)
+        matched = f"{counted.found}{'+' if counted.more else ''}"
+        changes = f"{counted.changes}{'+' if counted.more else ''}"
+        if not args.yes or up_to == 0:  # a preview; or no job at all, nothing to do
+            if args.json:
+                print(admin.as_json({"action": args.action, "preview": True, **_counts(counted)}))
+            else:
+                print(
+                    f"{matched} jobs match; {changes} of them ({', '.join(action.eligible)})"
+                    f" would be {action.says}."
+                )
+                print(
+                    "nothing changed: there are no jobs"
+                    if up_to == 0
+                    else f"nothing changed: run it with --yes to {args.action}{value} them"
+                )
+            return
+        tty = sys.stderr.isatty() and not args.json
+
+        def progress(changed: int) -> None:
+            line = f"{args.action}: {changed} of {changes} jobs done"
+            if tty:
+                print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+        result = await admin.bulk(
+            lambda: pools.connection(app.pool),
+            app.store,
+            args.action,
+            where,
+            actor=_actor(),
+            priority=priority,
+            queue=queue,
+            matched=counted.found,
+            batch=args.batch,
+            progress=progress,
+        )
+        if tty:
+            print(file=sys.stderr)
+    if args.json:
+        print(
+            admin.as_json(
+                {
+                    "action": args.action,
+                    "preview": False,
+                    **_counts(counted),
+                    "changed": result.changed,
+                    "batches": result.batches,
+                    "audit_id": result.audit_id,
+                }
+            )
+        )
+    else:
+        print(
+            f"{args.action}{value}: {result.changed} of {matched} matching jobs changed in"
+            f" {result.batches} batch{'' if result.batches == 1 else 'es'};"
+            f" audit record {result.audit_id}"
+        )
+
+
+def _counts(counted: admin.Matched) -> dict[str, object]:
+    return {"matched": counted.found, "changes": counted.changes, "more": counted.more}
+
+
+async def _audit(app: App, args: argparse.Namespace) -> None:
+    async with app, pools.connection(app.pool) as conn:
+        found = await admin.audit(conn, app.store, limit=args.limit)
+    headers = ["id", "at", "actor", "action", "filter", "matched", "rows"]
+
+    def row(r: admin.AuditRecord) -> list[object]:
+        value = "" if not r.detail else " " + " ".join(str(v) for v in r.detail.values())
+        where = " ".join(f"{k}={v}" for k, v in r.filter.items()) or "every job"
+        return [r.id, _when(r.at), r.actor, r.action + value, where, r.matched, r.rows]
+
+    _print_listing(args, found, headers, row, empty="no bulk actions recorded")
+
+
 async def _dashboard(app: App, args: argparse.Namespace) -> None:
     try:  # the extra's packages are imported only here: asyncq itself never needs them
         from asyncq.dashboard import serve
@@ -993,6 +1172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queues": _queues,
         "stats": _stats,
         "prune": _prune,
+        "bulk": _bulk,
+        "audit": _audit,
         "dashboard": _dashboard,
     }
     try:

@@ -1007,6 +1007,14 @@ class Store:
         return await (await conn.execute(self.q["throughput"], {"minutes": minutes})).fetchall()
 
     @_translating
+    async def queue_history(self, conn: Conn, *, minutes: int) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["queue_history"], {"minutes": minutes})).fetchall()
+
+    @_translating
+    async def read_snapshot(self, conn: Conn) -> None:
+        await conn.execute(self.q["read_snapshot"])
+
+    @_translating
     async def database_clock(self, conn: Conn) -> datetime:
         row = await (await conn.execute(self.q["database_clock"])).fetchone()
         assert row is not None

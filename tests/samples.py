@@ -249,6 +249,16 @@ def until(query: str, what: str) -> Callable[[Context], None]:
     return step
 
 
+def as_user(name: str) -> Callable[[Context], None]:
+    """The scenario's later commands run as the OS user ``name`` (what a bulk action's
+    audit record names), whoever runs the scenario."""
+
+    def step(ctx: Context) -> None:
+        ctx.env["LOGNAME"] = ctx.env["USER"] = name
+
+    return step
+
+
 Step = Callable[[Context], None]
 
 
@@ -297,6 +307,8 @@ SAMPLES: dict[str, Sample] = {
     "batch-job": Sample(),
     "workflow-job": Sample(),
     "workflow-retry": Sample(),
+    "bulk-cli": Sample(),
+    "audit-cli": Sample(),
 }
 
 SCHEDULED_IMPORTS = """
@@ -465,6 +477,41 @@ SCENARIOS: tuple[Scenario, ...] = (
                     "id", "task_name", "queue", "status", "args", "result", "waiting_for", "after"
                 ),
             ),
+        ),
+    ),
+    Scenario(
+        "bulk",
+        (
+            Run("asyncq migrate examples.steering:app"),
+            # 1,200 jobs of a feed that failed for good, and one that is still queued.
+            sql(
+                "INSERT INTO asyncq_jobs (task_name, queue, args, status, attempts,"
+                " last_error, finished_at) SELECT 'steering.parse_feed', 'steering',"
+                " jsonb_build_object('url', 'https://example.com/feed-' || n || '.xml'),"
+                " 'failed', 3, 'ConnectionError: feed unreachable', now()"
+                " FROM generate_series(1, 1200) AS n"
+            ),
+            sql(
+                "INSERT INTO asyncq_jobs (task_name, queue, args) VALUES"
+                " ('steering.parse_feed', 'steering', '{\"url\": \"https://example.com/new.xml\"}')"
+            ),
+            as_user("ops"),
+            Run(
+                "asyncq bulk examples.steering:app requeue --task steering.parse_feed",
+                "bulk-cli",
+                prompt=True,
+            ),
+            Run(
+                "asyncq bulk examples.steering:app requeue --task steering.parse_feed --yes",
+                "bulk-cli",
+                prompt=True,
+            ),
+            Run(
+                "asyncq bulk examples.steering:app priority 10 --text feed-7 --yes",
+                "bulk-cli",
+                prompt=True,
+            ),
+            Run("asyncq audit examples.steering:app", "audit-cli", prompt=True),
         ),
     ),
     Scenario(

@@ -134,13 +134,26 @@ class Dashboard:
         return response
 
     async def queues_page(self, request: Request) -> Response:
-        async with pools.connection(self.app.pool) as conn:
+        async with pools.connection(self.app.pool) as conn, conn.transaction():
+            # One snapshot and one now() for every number on the page: the done of the
+            # last hour, the charts and the counts by state agree.
+            await self.app.store.read_snapshot(conn)
             queues = await admin.queues(conn, self.app.store)
+            history = await admin.queue_history(conn, self.app.store, minutes=CHART_MINUTES)
             stats = await admin.stats(conn, self.app.store, minutes=CHART_MINUTES)
             schedules = await admin.schedules(conn, self.app.store, self.app.schedules.values())
         drawn = chart.throughput(stats.throughput, now=stats.now, minutes=CHART_MINUTES)
+        trends = {q.name: chart.trends(history[q.name]) for q in queues if q.name in history}
         return self.render(
-            request, "queues.html", queues=queues, stats=stats, chart=drawn, schedules=schedules
+            request,
+            "queues.html",
+            queues=queues,
+            stats=stats,
+            chart=drawn,
+            trends=trends,
+            spark_width=chart.SPARK_WIDTH,
+            spark_height=chart.SPARK_HEIGHT,
+            schedules=schedules,
         )
 
     async def jobs_page(self, request: Request) -> Response:

@@ -1,11 +1,14 @@
-"""Jobs ended per minute as stacked bars, laid out for an inline SVG (no script, no
-stylesheet: the template draws rectangles at these coordinates)."""
+"""Charts laid out for inline SVG (no script, no stylesheet: the templates draw shapes at
+these coordinates): jobs ended per minute as stacked bars, and each queue's ready jobs,
+jobs done per minute and wait over the last hour as small lines."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+from asyncq.admin import QueueHistory
 
 WIDTH = 720
 HEIGHT = 160
@@ -67,3 +70,88 @@ def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minu
         if i % 10 == 0:
             labels.append((round(i * step + 1, 1), f"{slot:%H:%M}"))
     return Chart(width=WIDTH, height=HEIGHT, bars=bars, peak=peak, labels=labels)
+
+
+# -- a queue over the last hour: three small line charts -------------------------------
+
+SPARK_WIDTH = 180
+SPARK_HEIGHT = 36
+SPARK_INSET = 3  # room at the edges for a dot
+
+
+@dataclass(frozen=True, slots=True)
+class Spark:
+    """One series as polylines in a ``SPARK_WIDTH`` by ``SPARK_HEIGHT`` box: each of
+    ``segments`` for a ``points`` attribute (a minute without a value ends a segment; a
+    value alone is one of ``dots``), its ``peak`` and its ``last`` value, as text."""
+
+    what: str
+    segments: list[str]
+    dots: list[tuple[str, str]]  # x, y of a value alone between gaps (no line to draw)
+    peak: str
+    last: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Trends:
+    """A queue's depth, jobs done per minute and wait, over its history's minutes."""
+
+    minutes: int
+    depth: Spark
+    rate: Spark
+    wait: Spark
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
+    return f"{value / 60:.1f}m" if value < 600 else f"{value / 60:.0f}m"
+
+
+def spark(
+    what: str, values: Sequence[float | None], *, unit: str = "", seconds: bool = False
+) -> Spark:
+    """``values``, one per minute (None: no value that minute), as a line from the left
+    edge (the oldest) to the right (now), scaled to the series' peak."""
+    shown = _seconds if seconds else _number
+    present = [v for v in values if v is not None]
+    peak = max(present, default=0.0)
+    step = (SPARK_WIDTH - 2 * SPARK_INSET) / max(len(values) - 1, 1)
+    runs: list[list[tuple[str, str]]] = [[]]
+    for i, value in enumerate(values):
+        if value is None:
+            runs.append([])
+            continue
+        rise = (SPARK_HEIGHT - 2 * SPARK_INSET) * (value / peak if peak else 0.0)
+        runs[-1].append(
+            (f"{SPARK_INSET + i * step:.1f}", f"{SPARK_HEIGHT - SPARK_INSET - rise:.1f}")
+        )
+    segments = [" ".join(f"{x},{y}" for x, y in run) for run in runs if len(run) > 1]
+    dots = [run[0] for run in runs if len(run) == 1]
+    last = values[-1] if values else None
+    last_text = "-" if last is None else shown(last) + unit
+    peak_text = shown(peak) + unit
+    return Spark(
+        what=what,
+        segments=segments,
+        dots=dots,
+        peak=peak_text,
+        last=last_text,
+        title=f"{what}: now {last_text}, peak {peak_text}",
+    )
+
+
+def trends(history: QueueHistory) -> Trends:
+    """A queue's history as three lines: ready jobs at the end of each minute, jobs
+    done in each minute, the longest wait (due to start) of the jobs claimed in each."""
+    return Trends(
+        minutes=history.minutes,
+        depth=spark("ready", history.depth),
+        rate=spark("done/min", history.done),
+        wait=spark("longest wait", history.wait_max, seconds=True),
+    )

@@ -935,6 +935,69 @@ SELECT date_trunc('minute', finished_at), status::text, count(*)
  GROUP BY 1, 2
  ORDER BY 1, 2
 
+-- name: queue_history
+-- Each queue over the last %(minutes)s minutes, in slots of a minute counted back from now
+-- (slot 0 the oldest; the last ends now), from the jobs' own times: per slot, the jobs
+-- that became ready (run_at; those ready before the window in slot 0) and those that left
+-- the queue (claimed: started_at; cancelled before a claim: finished_at), of the jobs
+-- ready at some moment in the window; the jobs done (finished_at: the slots add up to the
+-- overview's done in the last hour); the jobs claimed, with the sum and the longest of
+-- their waits from run_at to start. A job retried counts from its latest run_at. Each
+-- state read through its own index, as asyncq_queue_states reads it.
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now, now() - make_interval(mins => %(minutes)s) AS start
+), jobs AS (
+    SELECT j.queue, j.status::text AS status, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j, clock c WHERE j.status = 'done' AND j.finished_at > c.start
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j, clock c
+     WHERE j.status IN ('failed', 'cancelled') AND j.finished_at > c.start
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j WHERE j.expires_at IS NOT NULL AND j.status = 'running'
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j WHERE j.status = 'waiting'
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j, clock c WHERE j.status = 'queued' AND j.run_at <= c.now
+), spans AS (
+    SELECT j.*, CASE WHEN j.status = 'queued' THEN NULL
+                     WHEN j.started_at >= j.run_at THEN j.started_at
+                     WHEN j.finished_at >= j.run_at THEN j.finished_at END AS left_at
+      FROM jobs j
+), events AS (
+    SELECT s.queue, s.run_at AS at, 1 AS arrived, 0 AS departed, 0 AS done, 0 AS started,
+           NULL::float8 AS wait
+      FROM spans s, clock c
+     WHERE s.run_at <= c.now
+       AND ((s.status = 'queued' AND s.left_at IS NULL) OR s.left_at >= c.start)
+    UNION ALL
+    SELECT s.queue, s.left_at, 0, 1, 0, 0, NULL
+      FROM spans s, clock c WHERE s.left_at >= c.start
+    UNION ALL
+    SELECT s.queue, s.finished_at, 0, 0, 1, 0, NULL
+      FROM spans s, clock c WHERE s.status = 'done' AND s.finished_at > c.start
+    UNION ALL
+    SELECT s.queue, s.started_at, 0, 0, 0, 1, extract(epoch FROM s.started_at - s.run_at)::float8
+      FROM spans s, clock c
+     WHERE s.status <> 'queued' AND s.started_at >= c.start AND s.started_at >= s.run_at
+)
+SELECT e.queue,
+       least(greatest(floor(extract(epoch FROM e.at - c.start) / 60), 0),
+             %(minutes)s - 1)::int AS slot,
+       sum(e.arrived)::int, sum(e.departed)::int, sum(e.done)::int, sum(e.started)::int,
+       coalesce(sum(e.wait), 0)::float8, max(e.wait)
+  FROM events e, clock c
+ GROUP BY 1, 2
+ ORDER BY 1, 2
+
+-- name: read_snapshot
+-- The reads that follow in this transaction see one snapshot and one now(): a page's
+-- numbers agree with each other.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
 -- name: job_endings
 -- How each of these jobs ended (done, failed, cancelled); jobs still queued or running
 -- come back with their status alone, and unknown ids not at all.

@@ -3,6 +3,7 @@ insert, and a real worker process under a role with row access only."""
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import subprocess
@@ -48,7 +49,9 @@ class Cluster:
 
     def localise(self, text: str) -> str:
         """The doc's SQL with this run's role and database names."""
-        text = re.sub(r"\basyncq_(owner|worker|producer)\b", rf"asyncq_\1_{self.suffix}", text)
+        text = re.sub(
+            r"\basyncq_(owner|worker|producer|dashboard)\b", rf"asyncq_\1_{self.suffix}", text
+        )
         return re.sub(r"\bshop\b", self.dbname, text)
 
     def run_as(self, dsn: str, statements: str) -> None:
@@ -66,7 +69,8 @@ def as_role(server_dsn: str, dbname: str, user: str) -> str:
 def cluster(server_dsn: str) -> Iterator[Cluster]:
     suffix = secrets.token_hex(4)
     dbname = f"asyncq_privilege_{suffix}"
-    roles = [f"asyncq_{kind}_{suffix}" for kind in ("owner", "worker", "producer")]
+    kinds = ("owner", "worker", "producer", "dashboard")
+    roles = [f"asyncq_{kind}_{suffix}" for kind in kinds]
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
     try:
@@ -328,3 +332,44 @@ def outcome_of(dsn: str, job_id: int) -> tuple[str, int]:
         ).fetchone()
     assert row is not None
     return (row[0], row[1])
+
+
+def doc_block_with(text: str) -> str:
+    """The fenced block of the page that holds ``text``."""
+    fenced = re.findall(r"^```\w*\n(.*?)^```$", DOC.read_text(), flags=re.S | re.M)
+    [block] = [b for b in fenced if text in b]
+    return block
+
+
+def test_the_documented_dashboard_role_runs_bulk_actions_and_only_adds_audit_records(
+    cluster: Cluster, workers: Workers
+) -> None:
+    roles_sql, grants_sql, _ = doc_sql_blocks()
+    cluster.run_as(cluster.admin, roles_sql)
+    owner_env = workers.env(ASYNCQ_DSN=cluster.owner, HARNESS_SCHEMA=SCHEMA)
+    migrated = cli("migrate", APP, env=owner_env)
+    assert migrated.returncode == 0, migrated.stderr
+    cluster.run_as(cluster.owner, grants_sql)
+    cluster.run_as(cluster.admin, doc_block_with("CREATE ROLE asyncq_dashboard"))
+    cluster.run_as(cluster.owner, doc_block_with("TO asyncq_dashboard;\nGRANT SELECT, INSERT"))
+    dashboard = as_role(cluster.admin, cluster.dbname, f"asyncq_dashboard_{cluster.suffix}")
+    jobs, audit = f"{SCHEMA}.asyncq_jobs", f"{SCHEMA}.asyncq_audit"
+    with psycopg.connect(cluster.owner, autocommit=True) as owner:
+        owner.execute(
+            f"INSERT INTO {jobs} (task_name, args, status, finished_at)"
+            " SELECT 'guarded.ok', '{}', 'failed', now() FROM generate_series(1, 3)"
+        )
+    env = workers.env(ASYNCQ_DSN=dashboard, HARNESS_SCHEMA=SCHEMA)
+    for action in (["requeue"], ["priority", "7"], ["move", "elsewhere"], ["cancel"], ["delete"]):
+        done = cli("bulk", APP, *action, "--yes", env=env)
+        assert done.returncode == 0, (action, done.stderr)
+        assert "3 of 3 matching jobs changed" in done.stdout, (action, done.stdout)
+    listed = cli("audit", APP, "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["action"] for r in records] == ["delete", "cancel", "move", "priority", "requeue"]
+    assert {r["rows"] for r in records} == {3}
+    # The records are the dashboard's to add, not to rewrite or remove.
+    assert denied(dashboard, f"DELETE FROM {audit}")
+    assert denied(dashboard, f"UPDATE {audit} SET actor = 'someone else'")
+    assert denied(dashboard, f"UPDATE {jobs} SET task_name = 'other'")

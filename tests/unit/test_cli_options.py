@@ -28,6 +28,8 @@ COMMANDS = {
     "queues": ["m:app"],
     "stats": ["m:app"],
     "prune": ["m:app"],
+    "bulk": ["m:app", "requeue"],
+    "audit": ["m:app"],
     "dashboard": ["m:app"],
 }
 
