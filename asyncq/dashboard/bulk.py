@@ -67,7 +67,8 @@ class Bulk:
         action, priority, queue = _action(form)
         async with pools.connection(self.app.pool) as conn:
             up_to = await admin.newest_id(conn, self.app.store)
-            fixed = listing.read(found.fixed(now, up_to), now=now)
+            # No job at all: nothing to count up to, and nothing the action could change.
+            fixed = listing.read(found.fixed(now, up_to or None), now=now)
             counted = await admin.count_matching(
                 conn, self.app.store, fixed.where, eligible=action.eligible
             )

@@ -167,6 +167,22 @@ async def test_a_bulk_action_runs_in_batches_past_the_first(
     assert [status(db, i) for i in ids] == ["queued"] * 25
 
 
+async def test_a_bulk_preview_on_a_table_without_jobs_has_nothing_to_do(
+    client: httpx.AsyncClient, job: Job, db: psycopg.Connection[Any]
+) -> None:
+    job(status="failed")
+    page = await client.get("/jobs", params={"status": "failed"})
+    db.execute("DELETE FROM asyncq_jobs")  # pruned between the list and its preview
+    form = {"csrf": csrf_token(page.text), "action": "requeue", "status": "failed"}
+    shown = await client.post("/jobs/bulk/preview", data=form)
+    assert shown.status_code == 200, shown.text
+    confirm = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', shown.text))
+    assert count(shown.text, "would-change") == 0
+    assert "Nothing to do" in shown.text and "bulk-confirm" not in shown.text
+    assert "up_to" not in confirm
+    assert db.execute("SELECT count(*) FROM asyncq_audit").fetchone() == (0,)
+
+
 async def test_a_bulk_post_without_its_token_or_preview_is_refused(
     client: httpx.AsyncClient, app: asyncq.App, job: Job, db: psycopg.Connection[Any]
 ) -> None:
