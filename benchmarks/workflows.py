@@ -109,12 +109,21 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+# The worker processes of the burst in progress: a wait for their work ends if one exits.
+RUNNING: list[WorkerProcess] = []
+
+
 async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> float:
     """Poll ``check`` every `POLL` until it holds; the perf_counter time then."""
     deadline = time.perf_counter() + within
     while True:
         if await check():
             return time.perf_counter()
+        for proc in RUNNING:
+            if proc.proc.returncode is not None:
+                raise RuntimeError(
+                    f"the worker exited ({proc.proc.returncode}) before {what}: see {LOGS}"
+                )
         if time.perf_counter() > deadline:
             raise TimeoutError(f"not within {within:.0f}s: {what}")
         await asyncio.sleep(POLL)
@@ -127,7 +136,11 @@ async def idle_worker(system: Any, config: Config, tag: str) -> AsyncIterator[Wo
     async with workers(list(config.args), 1, LOGS, tag, module=system.module) as (proc,):
         proc.go()
         await asyncio.sleep(SETTLE)
-        yield proc
+        RUNNING.append(proc)
+        try:
+            yield proc
+        finally:
+            RUNNING.remove(proc)
 
 
 def burst(
