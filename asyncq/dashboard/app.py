@@ -142,6 +142,7 @@ class Dashboard:
             history = await admin.queue_history(conn, self.app.store, minutes=CHART_MINUTES)
             stats = await admin.stats(conn, self.app.store, minutes=CHART_MINUTES)
             schedules = await admin.schedules(conn, self.app.store, self.app.schedules.values())
+        limits = [lim for lim in await self.app.limits() if _limited(lim)]
         drawn = chart.throughput(stats.throughput, now=stats.now, minutes=CHART_MINUTES)
         trends = {q.name: chart.trends(history[q.name]) for q in queues if q.name in history}
         return self.render(
@@ -154,6 +155,7 @@ class Dashboard:
             spark_width=chart.SPARK_WIDTH,
             spark_height=chart.SPARK_HEIGHT,
             schedules=schedules,
+            limits=limits,
         )
 
     async def jobs_page(self, request: Request) -> Response:
@@ -407,3 +409,10 @@ def build(
     }
     starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
     return Guard(starlette, authorize, hosts=hosts, login=login)
+
+
+def _limited(found: admin.LimitInfo) -> bool:
+    """Whether a task (or a queue) has any limit, from code or set at runtime."""
+    return any(
+        v is not None for v in (found.concurrency, found.rate_limit, found.group_concurrency)
+    )

@@ -105,3 +105,27 @@ async def test_the_queues_page_shows_each_queues_trends_and_counts_that_agree(
     done = re.search(r"status=done\">≈(\d+)<", states)
     assert done is not None and int(done.group(1)) >= 3, states
     assert "done (kept, estimated)" in states
+
+
+async def test_the_queues_page_shows_each_limit_with_its_source(
+    app: asyncq.App, client: httpx.AsyncClient
+) -> None:
+    @app.task(name="mail.send", queue="mail", concurrency=2)
+    async def send() -> None: ...
+
+    @app.task(name="plain")
+    async def plain() -> None: ...
+
+    page = (await client.get("/")).text
+    row = re.search(r"<tr><td>mail\.send</td>.*?</tr>", page, re.S)
+    assert row and "2 <small>code</small>" in row[0]
+    await app.set_limits("mail.send", concurrency=5, rate_limit="10/s")
+    page = (await client.get("/")).text
+    row = re.search(r"<tr><td>mail\.send</td>.*?</tr>", page, re.S)
+    assert row, page
+    assert "5 <small>override</small>" in row[0]
+    assert "<small>override</small>" in row[0].split("</td>")[3]  # the rate, set at runtime
+    assert "<td>plain</td>" not in page  # no limit: not listed
+    await app.reset_limits("mail.send")
+    page = (await client.get("/")).text
+    assert "2 <small>code</small>" in page and "override" not in page.split('id="limits"')[1]
