@@ -575,7 +575,7 @@ class Runner:
                         await self.measure_throughput(system, point, repeat)
             if "enqueue" in parts:
                 await self.measure_enqueue(group, repeat)
-        if "throughput" in parts and self.river is not None:
+        if parts & {"throughput", "starts"} and self.river is not None:
             await self.measure_river(repeat)
         if "starts" in parts:
             await self.measure_starts(repeat)
