@@ -730,7 +730,7 @@ def starts_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     rates: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in results.get("starts", []):
         if run.get("ok"):
-            key = (run["system"], _label(run["point"]))
+            key = (run["system"], run.get("label") or _label(run["point"]))
             rates.setdefault(key, {}).setdefault(run["state"], []).append(run["rate"])
     medians = {
         key: {state: statistics.median(r) for state, r in by_state.items()}

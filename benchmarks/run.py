@@ -417,6 +417,8 @@ class Runner:
             partial(starts.river_drain, self.river, self.sizes_of_starts(), state),
         )
         run.update(system="river", point=point_dict(Point(2000, 0, variant="river bench")))
+        workers = os.environ.get("RIVER_BENCH_MAX_WORKERS", "2000")
+        run["label"] = f"river bench, MaxWorkers {int(workers):,}"
         run.update(repeat=repeat, state=state)
         self.results["starts"].append(run)
         if run.get("ok"):
