@@ -21,7 +21,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
-DB_PREFIX = "asyncq_bench_"
+# $ASYNCQ_BENCH_DB_PREFIX: another prefix, for two runs on one server at once.
+DB_PREFIX = os.environ.get("ASYNCQ_BENCH_DB_PREFIX", "asyncq_bench_")
 
 # asyncq's reference for its one-by-one defers: a plain INSERT timed in turns with them,
 # on a connection of its own (a connection used more often answers faster).

@@ -81,16 +81,16 @@ async def explain_claim(conn: psycopg.AsyncConnection[Any]) -> dict[str, Any]:
         found = await cur.fetchone()
         assert found is not None, "no asyncq_claim function: migrate first"
         statement = str(found[0]).split("RETURN QUERY")[1].split(";")[0]
-        for number, arg in enumerate(("p_worker", "p_limit", "p_lease", "p_queues"), 1):
+        for number, arg in enumerate(("p_worker", "p_limit", "p_lease", "p_queues", "p_skip"), 1):
             statement = re.sub(rf"\b{arg}\b", f"${number}", statement)
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         await conn.execute(
-            f"PREPARE asyncq_history_claim(text, int, interval, text[]) AS {statement}"  # type: ignore[arg-type]
+            f"PREPARE asyncq_history_claim(text, int, interval, text[], text[]) AS {statement}"  # type: ignore[arg-type]
         )
         try:
             cur = await conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE asyncq_history_claim("  # type: ignore[arg-type]
-                f"'explain', {CLAIM_LIMIT}, '30 seconds', NULL)"
+                f"'explain', {CLAIM_LIMIT}, '30 seconds', NULL, NULL)"
             )
             row = await cur.fetchone()
         finally:

@@ -655,6 +655,9 @@ def render(results: dict[str, Any]) -> str:
     starts_table = render_starts(results)
     if starts_table:
         parts.append(starts_table)
+    river_text = render_river(results)
+    if river_text:
+        parts.append(river_text)
     history = results.get("history")
     if history and "cases" in history:
         rows = [
@@ -718,49 +721,126 @@ def render(results: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+STATES = ("empty", "warm", "backlog", "history")
+
+
 def starts_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per system and configuration: the median rate from each start state, and the empty
-    table's against the warm one's."""
+    """Per system and configuration: the median rate from each start state, the worst
+    state, and the lowest of the states' ratios to plain SQL's and to River's rates."""
     rates: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in results.get("starts", []):
         if run.get("ok"):
-            key = (run["system"], _label(run["point"]))
+            key = (run["system"], run.get("label") or _label(run["point"]))
             rates.setdefault(key, {}).setdefault(run["state"], []).append(run["rate"])
+    medians = {
+        key: {state: statistics.median(r) for state, r in by_state.items()}
+        for key, by_state in rates.items()
+    }
+
+    def reference(name: str) -> dict[str, float]:
+        """The system's best configuration's rate in each state."""
+        best: dict[str, float] = {}
+        for (system, _), by_state in medians.items():
+            if system == name:
+                for state, rate in by_state.items():
+                    best[state] = max(rate, best.get(state, 0.0))
+        return best
+
+    sql, river = reference("sql"), reference("river")
     rows = []
-    for (system, point), by_state in rates.items():
-        warm = statistics.median(by_state["warm"]) if "warm" in by_state else None
-        empty = statistics.median(by_state["empty"]) if "empty" in by_state else None
+    for (system, point), by_state in medians.items():
+        worst = min(by_state, key=lambda state: by_state[state])
+
+        def lowest(ref: dict[str, float], by_state: dict[str, float] = by_state) -> Any:
+            ratios = [by_state[s] / ref[s] for s in by_state if ref.get(s)]
+            return min(ratios) if ratios else None
+
         rows.append(
             {
                 "system": system,
                 "point": point,
-                "warm": warm,
-                "empty": empty,
-                "ratio": _ratio(empty, warm),
-                "runs": {state: len(r) for state, r in by_state.items()},
+                "rates": by_state,
+                "worst_state": worst,
+                "worst": by_state[worst],
+                "vs_sql": None if system == "sql" else lowest(sql),
+                "vs_river": None if system == "river" else lowest(river),
+                "runs": {state: len(r) for state, r in rates[(system, point)].items()},
             }
         )
     return rows
 
 
 def render_starts(results: dict[str, Any]) -> str:
+    summary = starts_summary(results)
+    if not summary:
+        return ""
+    states = [s for s in STATES if any(s in row["rates"] for row in summary)]
     rows = [
         [
             _title(results, row["system"]),
             row["point"],
-            _fmt(row["warm"]),
-            _fmt(row["empty"]),
-            _fmt(row["ratio"], ".2f") + ("x" if row["ratio"] is not None else ""),
+            *(_fmt(row["rates"].get(state)) for state in states),
+            f"{_fmt(row['worst'])} ({row['worst_state']})",
+            _fmt(row["vs_sql"], ".2f") + ("x" if row["vs_sql"] is not None else ""),
+            _fmt(row["vs_river"], ".2f") + ("x" if row["vs_river"] is not None else ""),
         ]
-        for row in starts_summary(results)
+        for row in summary
     ]
-    if not rows:
-        return ""
-    return (
-        "start states: workers started on the analyzed burst (warm) or on the empty,"
-        " analyzed table before it (empty)\n"
-        + _table(["system", "configuration", "warm jobs/s", "empty jobs/s", "empty vs warm"], rows)
+    runs = [r for r in results.get("starts", []) if r.get("ok")]
+    loads = [r["load"] for r in runs if "load" in r]
+    sizes = results.get("meta", {}).get("starts", {})
+    head = (
+        "start states, jobs/s (medians): empty = workers started on the analyzed empty table,"
+        " then the burst; warm = the burst analyzed before the workers start; backlog ="
+        f" {sizes.get('backlog_jobs', 0):,} queued when they start; history = the burst"
+        f" over {sizes.get('finished_jobs', 0):,} finished jobs; burst {sizes.get('burst', 0):,}"
     )
+    if loads:
+        head += f"; load average {min(loads):.2f}-{max(loads):.2f}"
+    counts = sorted({n for row in summary for n in row["runs"].values()})
+    head += f"; runs per cell {'-'.join(str(n) for n in (counts[0], counts[-1]) if n) or 0}"
+    table = _table(
+        [
+            "system",
+            "configuration",
+            *states,
+            "worst (state)",
+            "vs plain SQL (lowest)",
+            "vs River (lowest)",
+        ],
+        rows,
+    )
+    return head + "\n" + table
+
+
+def render_river(results: dict[str, Any]) -> str:
+    """River's stock `river bench`, and what River does where its CLI measures nothing."""
+    meta = results.get("river_meta")
+    if not meta:
+        return ""
+    runs = [r for r in results.get("river", []) if r.get("ok")]
+    settings = meta["settings"]
+    defaults = meta["defaults"]
+    text = (
+        f"River {meta['version']} (`river bench`, its stock settings: MaxWorkers"
+        f" {settings['max_workers']:,}, FetchCooldown {settings['fetch_cooldown_ms']} ms,"
+        f" FetchPollInterval {settings['fetch_poll_interval_ms']} ms, {settings['pool']};"
+        f" {settings['insert']}; TRUNCATE and VACUUM FULL of river_job first)"
+    )
+    if runs:
+        rates = [r["rate"] for r in runs]
+        text += (
+            f": {statistics.median(rates):,.0f} jobs/s (median of {len(rates)}:"
+            f" {', '.join(f'{r:,.0f}' for r in rates)}; {runs[0]['jobs']:,} jobs)"
+        )
+    text += (
+        "\nRiver's pickup is not measured (its CLI has no command for it): an idle client"
+        " fetches on a LISTEN notification of an insert or every FetchPollInterval"
+        f" ({defaults['fetch_poll_interval_ms']:,} ms by default), at most once per"
+        f" FetchCooldown ({defaults['fetch_cooldown_ms']} ms by default,"
+        f" {settings['fetch_cooldown_ms']} ms in its bench's tuning)"
+    )
+    return text
 
 
 def write_json(results: dict[str, Any], out_dir: Path, stamp: str) -> list[Path]:

@@ -42,6 +42,7 @@ from benchmarks import (
     shape,
     starts,
 )
+from benchmarks import river as river_module
 from benchmarks.common import (
     ROOT,
     describe,
@@ -50,6 +51,8 @@ from benchmarks.common import (
     run_async,
     server_facts,
 )
+from benchmarks.river import HOW_TO_BUILD, River
+from benchmarks.river import binary as river_binary
 from benchmarks.systems import ORDER, SHORT_GAP, Point, System, load
 
 PARTS = ("throughput", "starts", "latency", "enqueue", "ceiling", "history", "memory", "shape")
@@ -62,6 +65,8 @@ REQUIRES = {
 # Names --only also takes, measured in the shape part only: the bare Redis list loop, and
 # the shape's sleeps alone.
 SHAPE_ONLY = ("redis", "sleep")
+# Peers measured through their own benchmark command, not as a System (River's `river bench`).
+CLI_PEERS = ("river",)
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -86,9 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a short run (under two minutes)")
     parser.add_argument(
         "--only",
-        default=",".join(ORDER + list(SHAPE_ONLY)),
+        default=",".join(ORDER + list(CLI_PEERS) + list(SHAPE_ONLY)),
         help="systems to run, comma-separated (default:"
-        f" {','.join(ORDER + list(SHAPE_ONLY))}; redis is the shape part's bare Redis loop,"
+        f" {','.join(ORDER + list(CLI_PEERS) + list(SHAPE_ONLY))}; river is River's own"
+        " `river bench` (benchmarks/river.py), redis is the shape part's bare Redis loop,"
         " sleep its sleeps alone)",
     )
     parser.add_argument(
@@ -117,6 +123,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="jobs per drain of the ceiling part (default: 50,000; quick: as --jobs)",
     )
     parser.add_argument("--jobs", type=int, help="jobs per drain (default: 20,000; quick: 5,000)")
+    parser.add_argument(
+        "--states",
+        default=",".join(starts.STATES),
+        help=f"the start states of the starts part (default: {','.join(starts.STATES)})",
+    )
+    parser.add_argument(
+        "--backlog-jobs",
+        type=int,
+        help="jobs queued when the workers start, starts part's backlog state (default:"
+        " 1,000,000; quick: 20,000)",
+    )
+    parser.add_argument(
+        "--finished-jobs",
+        type=int,
+        help="finished jobs in the table, starts part's history state (default: 5,000,000;"
+        " quick: 50,000)",
+    )
     parser.add_argument("--latency-jobs", type=int, help="pickup samples (default: 200; quick: 50)")
     parser.add_argument(
         "--history-rows",
@@ -150,6 +173,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.ceiling_jobs = args.ceiling_jobs or (args.jobs if quick else 50_000)
     args.latency_jobs = args.latency_jobs or (50 if quick else 200)
     args.history_rows = args.history_rows or (100_000 if quick else 1_000_000)
+    args.backlog_jobs = args.backlog_jobs or (20_000 if quick else 1_000_000)
+    args.finished_jobs = args.finished_jobs or (50_000 if quick else 5_000_000)
+    args.states = [s.strip() for s in args.states.split(",") if s.strip()]
+    for state in args.states:
+        if state not in starts.STATES:
+            parser.error(f"unknown state {state!r} (known: {', '.join(starts.STATES)})")
     names = [s.strip() for s in args.only.split(",") if s.strip()]
     if args.parts is None:
         args.parts = "throughput,starts,latency,enqueue,ceiling,history" + (
@@ -159,10 +188,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.memory:
         args.parts.add("memory")
     for name in names:
-        if name not in ORDER and name not in SHAPE_ONLY:
-            known = ", ".join(ORDER + list(SHAPE_ONLY))
+        if name not in ORDER and name not in SHAPE_ONLY and name not in CLI_PEERS:
+            known = ", ".join(ORDER + list(CLI_PEERS) + list(SHAPE_ONLY))
             parser.error(f"unknown system {name!r} (known: {known})")
     args.systems = [name for name in names if name in ORDER]
+    args.river = "river" in names
     args.shape_systems = [name for name in shape.SYSTEMS if name in names]
     args.redis_url = redisdb.resolve(args.redis)
     for part in args.parts:
@@ -284,9 +314,11 @@ class Runner:
             "starts": [],
             "latency": [],
             "enqueue": [],
+            "river": [],
             "errors": [],
         }
         self.systems: list[System] = []
+        self.river: River | None = None
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -332,11 +364,66 @@ class Runner:
                 self.problem(f"{name} setup", exc)
                 continue
             self.systems.append(system)
+        if self.args.river:
+            await self.prepare_river()
         code = {s.name: s.code() for s in self.systems}
         mine, imported = ROOT / "asyncq", code.get("asyncq")
         if imported is not None and imported.resolve() != mine.resolve():
             self.problem("asyncq", RuntimeError(f"imported from {imported}, not {mine}"))
         self.results["code"] = {name: str(path) for name, path in code.items() if path}
+
+    async def prepare_river(self) -> None:
+        path = river_binary()
+        if path is None:
+            self.problem("river", FileNotFoundError(HOW_TO_BUILD))
+            return
+        try:
+            dsn = await recreate_database(self.admin_dsn, "river")
+            river = River(path, dsn, self.log_dir)
+            await river.install()
+        except Exception as exc:  # noqa: BLE001
+            self.problem("river setup", exc)
+            return
+        self.river = river
+        self.results["river_meta"] = {
+            "binary": str(path),
+            "version": river.version,
+            "settings": river_module.SETTINGS,
+            "defaults": river_module.DEFAULTS,
+        }
+
+    def sizes_of_starts(self) -> starts.Sizes:
+        return starts.Sizes(
+            burst=sizes(self.args).jobs,
+            backlog=self.args.backlog_jobs,
+            finished=self.args.finished_jobs,
+        )
+
+    async def measure_river(self, repeat: int) -> None:
+        """River's own bench, stock: TRUNCATE and VACUUM FULL, insert, work down."""
+        assert self.river is not None
+        jobs = sizes(self.args).jobs
+        load = starts.load()
+        run = await self.guarded("river throughput", lambda: self.river.bench(jobs))  # type: ignore[union-attr]
+        run.update(repeat=repeat, load=load)
+        self.results["river"].append(run)
+        if run.get("ok"):
+            self.say(f"  {'river':13} {'river bench, stock':28} {run['rate']:>9,.0f} jobs/s")
+
+    async def measure_river_start(self, state: str, repeat: int) -> None:
+        assert self.river is not None
+        run = await self.guarded(
+            f"river from {state}",
+            partial(starts.river_drain, self.river, self.sizes_of_starts(), state),
+        )
+        run.update(system="river", point=point_dict(Point(2000, 0, variant="river bench")))
+        workers = os.environ.get("RIVER_BENCH_MAX_WORKERS", "2000")
+        run["label"] = f"river bench, MaxWorkers {int(workers):,}"
+        run.update(repeat=repeat, state=state)
+        self.results["starts"].append(run)
+        if run.get("ok"):
+            label = "river bench"
+            self.say(f"  {'river':13} {label:17} from {state:7} {run['rate']:>9,.0f} jobs/s")
 
     def groups(self) -> list[list[System]]:
         """The systems in their order; asyncq and its baseline form one group, whose
@@ -395,15 +482,27 @@ class Runner:
 
     async def measure_start(self, system: System, point: Point, state: str, repeat: int) -> None:
         name = system.name
-        jobs = sizes(self.args).jobs
         run = await self.guarded(
             f"{name} from {state} {point.label}",
-            partial(starts.drain, system, point, jobs, self.log_dir, state),
+            partial(starts.drain, system, point, self.sizes_of_starts(), self.log_dir, state),
         )
         run.update(system=name, point=point_dict(point), repeat=repeat, state=state)
+        if "error" in run and "ok" not in run:
+            run["ok"] = False
         self.results["starts"].append(run)
         if run.get("ok"):
-            self.say(f"  {name:13} {point.label:17} from {state:5} {run['rate']:>9,.0f} jobs/s")
+            self.say(f"  {name:13} {point.label:17} from {state:7} {run['rate']:>9,.0f} jobs/s")
+
+    async def measure_starts(self, repeat: int) -> None:
+        """Every system from each start state in turn (asyncq and its baseline taking turns
+        within a state), River's bench last in each."""
+        for state in self.args.states:
+            for group in self.groups():
+                for point in starts.points(group[0].name, self.args.quick):
+                    for system in in_turn(group, repeat - 1):
+                        await self.measure_start(system, point, state, repeat)
+            if self.river is not None:
+                await self.measure_river_start(state, repeat)
 
     async def measure_latency(self, group: list[System], repeat: int) -> None:
         """Pickup latency of one system, or of a group's systems taking turns sample by
@@ -476,14 +575,12 @@ class Runner:
                 for point in first.sweep(self.args.quick) + scaling(first.name, self.args.quick):
                     for system in in_turn(group, repeat - 1):
                         await self.measure_throughput(system, point, repeat)
-            if "starts" in parts and group[0].name == "asyncq":
-                # From each start state in turn, asyncq and its baseline taking turns.
-                for point in starts.points(self.args.quick):
-                    for state in starts.STATES:
-                        for system in in_turn(group, repeat - 1):
-                            await self.measure_start(system, point, state, repeat)
             if "enqueue" in parts:
                 await self.measure_enqueue(group, repeat)
+        if parts & {"throughput", "starts"} and self.river is not None:
+            await self.measure_river(repeat)
+        if "starts" in parts:
+            await self.measure_starts(repeat)
         if "latency" in parts:
             # Pickup differences between systems are a fraction of a millisecond, less than
             # the machine's drift from one minute to the next: the systems whose idle
@@ -582,6 +679,11 @@ class Runner:
                     await drop_database(self.admin_dsn, system.name)
             except Exception as exc:  # noqa: BLE001
                 self.problem(f"{system.name} teardown", exc)
+        if self.river is not None and not args.keep_databases:
+            try:
+                await drop_database(self.admin_dsn, "river")
+            except Exception as exc:  # noqa: BLE001
+                self.problem("river teardown", exc)
         if not args.keep_databases:
             for extra in ("history", "memory"):
                 await drop_database(self.admin_dsn, extra)
@@ -615,6 +717,8 @@ async def main(args: argparse.Namespace) -> int:
         runner = Runner(args, admin_dsn)
         results = await runner.run()
     results["titles"] = {s.name: s.title for s in runner.systems}
+    if runner.river is not None:
+        results["titles"]["river"] = runner.river.title
     results["bulk_notes"] = {s.name: s.bulk_note for s in runner.systems if s.bulk_note}
     results["defaults"] = {
         s.name: point_dict(p) for s in runner.systems if (p := s.default_point()) is not None
@@ -625,6 +729,12 @@ async def main(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         "jobs": args.jobs,
         "sizes": dataclasses.asdict(sizes(args)),
+        "starts": {
+            "states": args.states,
+            "burst": args.jobs,
+            "backlog_jobs": args.backlog_jobs,
+            "finished_jobs": args.finished_jobs,
+        },
         "parts": sorted(args.parts),
         "analyze_after_preload": args.analyze,
         "dsn": describe(admin_dsn),
@@ -656,11 +766,14 @@ async def main(args: argparse.Namespace) -> int:
     print(f"results: {paths[0]} (and {paths[1].name})")
     print(f"chart: {why_not or args.out / 'throughput.png'}")
     print(f"took {results['elapsed_s']:.0f}s")
-    for name in ("asyncq", "baseline"):
+    # asyncq, its baseline, and plain SQL (asyncq's own table and claim, so that a change
+    # of asyncq's schema can break it): each must have drained, where it was asked for.
+    for name in ("asyncq", "baseline", "sql"):
         if name in args.systems:
-            measured = any(r.get("ok") for r in results["throughput"] if r["system"] == name)
-            if "throughput" in args.parts and not measured:
-                return 1
+            for part in ("throughput", "starts"):
+                measured = any(r.get("ok") for r in results[part] if r["system"] == name)
+                if part in args.parts and not measured:
+                    return 1
     return 0
 
 

@@ -7,7 +7,10 @@ renewed, no outcome fencing, no retries, no bookkeeping.
 
 Worker variants: ``batched`` marks each claimed batch done with one UPDATE;
 ``per-job`` with one UPDATE per job. In ``serve`` mode (pickup latency) one
-coroutine LISTENs and claims up to ``batch`` jobs per wake-up.
+coroutine LISTENs and claims up to ``batch`` jobs per wake-up; with the variant
+``batched`` (the start states' idle workers, benchmarks/starts.py) each of the
+``concurrency`` connections runs the batched loop and, when a claim finds nothing,
+LISTENs until the next notification.
 """
 
 from __future__ import annotations
@@ -125,7 +128,8 @@ async def run_job(task_name: str, args_text: str) -> None:
 
 
 async def claim(conn: Any, worker: str, limit: int) -> list[tuple[Any, ...]]:
-    cur = await conn.execute(CLAIM, {"worker": worker, "limit": limit, "lease": LEASE})
+    params = {"worker": worker, "limit": limit, "lease": LEASE, "skip": None}
+    cur = await conn.execute(CLAIM, params)
     return list(await cur.fetchall())
 
 
@@ -149,8 +153,25 @@ async def listen_loop(listener: Any, conn: Any, worker: str, batch: int) -> None
             pass
 
 
+async def serve_loop(conn: Any, worker: str, batch: int) -> None:
+    await conn.execute('LISTEN "asyncq.public"')
+    while True:
+        await drain_loop(conn, worker, batch, per_job=False)
+        async for _ in conn.notifies(timeout=1.0, stop_after=1):
+            pass
+
+
 async def work(options: WorkerOptions, ready: Ready) -> None:
     worker = f"sql:{os.getpid()}"
+    if options.mode == "serve" and options.variant == "batched":
+        conns = [await connect(options.dsn) for _ in range(options.concurrency)]
+        try:
+            await ready()
+            await asyncio.gather(*(serve_loop(c, worker, options.batch) for c in conns))
+        finally:
+            for conn in conns:
+                await conn.close()
+        return
     if options.mode == "serve":
         async with await connect(options.dsn) as listener, await connect(options.dsn) as conn:
             await listener.execute('LISTEN "asyncq.public"')
