@@ -21,7 +21,7 @@ from asyncq.display import age
 from asyncq.display import since as since_then
 from asyncq.errors import JobNotFound
 from asyncq.job import Status
-from asyncq.limits import Override, TaskLimits, with_overrides
+from asyncq.limits import SOURCE_NAMES, Override, TaskLimits, with_overrides
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store, SyncConn
 from asyncq.workflow import SLEEP, WAIT
@@ -217,9 +217,6 @@ async def resume(conn: Conn, store: Store, queue: str) -> bool:
 
 
 # Where a limit comes from, as `limits` shows it.
-SOURCE_NAMES = {"code": "code", "queue": "queue override", "task": "override"}
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LimitInfo:
     """A task's limits in force (or a queue's overrides), each with its source: "code"

@@ -246,10 +246,14 @@ def with_overrides(
     ]
 
 
+# Where a limit in force comes from, as the worker logs it and `asyncq limits` shows it.
+SOURCE_NAMES = {"code": "code", "queue": "queue override", "task": "override"}
+
+
 def describe(s: Sourced) -> str:
     """``s`` in a line: each limit with its source, as the worker logs them."""
     parts = [
-        f"{label}={value} ({source})"
+        f"{label}={value} ({SOURCE_NAMES.get(source or '', source)})"
         for label, value, source in (
             ("concurrency", s.limits.concurrency, s.concurrency),
             ("rate_limit", s.limits.rate, s.rate),

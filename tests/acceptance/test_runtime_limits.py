@@ -58,11 +58,11 @@ def test_a_limit_set_at_runtime_holds_across_workers_and_reset_brings_back_the_c
     changed = workers.cli("limits", APP, SINGLE, "--concurrency", str(SET_TO))
     assert changed.returncode == 0, changed.stderr
     assert f"{SET_TO} (override)" in changed.stdout, changed.stdout
-    during = sample_until(
-        db,
-        lambda s: any(len(x) == SET_TO for x in s) and len({w for x in s for w in x}) == 2,
-        f"{SET_TO} jobs at once, on both workers",
-    )
+    for proc in procs:  # each has heard of it (its log says so), well within the minute ...
+        proc.wait_log(f"{SINGLE} concurrency={SET_TO} (override)", 20)
+    # ... and claims by it. Which worker runs them is the claims' race: one that writes its
+    # jobs done and claims the next in one statement may keep all three.
+    during = sample_until(db, lambda s: any(len(x) == SET_TO for x in s), f"{SET_TO} at once")
     during += sample_until(db, lambda s: len(s) >= 200, "200 samples more")
     assert max(len(s) for s in during) == SET_TO, during
 
