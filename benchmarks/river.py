@@ -12,16 +12,21 @@ The binary is optional: ``$ASYNCQ_BENCH_RIVER``, else ``.river/build/river`` (ma
 ``MIRRORS=... RIVERBUILD=.river/build benchmarks/river/build.sh``, offline from git
 mirrors), else ``/tmp/riverbuild/river``. Without one River is skipped with that line.
 
-River's CLI has no command that measures pickup latency (defer to start, idle worker); the
-report says what River does instead: its client fetches on a notification or every
-``FetchPollInterval`` (1 s by default), at most once per ``FetchCooldown`` (100 ms by
-default; 2 ms in ``river bench``).
+River's CLI has no command that measures pickup (defer to start, idle worker): the build
+adds ``river-pickup`` (benchmarks/river/pickup), a Go program that starts one client with
+one queue and a no-op worker and inserts jobs one at a time, each after the last one
+started, 10-20 ms apart, as the latency part does for the Python systems; it measures in
+its own process from just before ``Insert`` to the first line of ``Work``. Its client
+fetches on a notification or every ``FetchPollInterval`` (1 s by default), at most once per
+``FetchCooldown`` (100 ms by default), and its inserting client sends that notification at
+most once per ``FetchCooldown``: measured at River's defaults and at its bench's tuning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import time
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, percentile
 
 HOW_TO_BUILD = (
     "River's CLI not found: build it with `MIRRORS=<git mirrors> RIVERBUILD=.river/build"
@@ -45,6 +50,11 @@ SETTINGS = {
 }
 # River's client defaults (river.Config), which `river bench` overrides.
 DEFAULTS = {"fetch_cooldown_ms": 100, "fetch_poll_interval_ms": 1000}
+# The client settings river-pickup runs at: River's defaults, and its bench's tuning.
+PICKUP_SETTINGS = {
+    "defaults": {"fetch_cooldown": "100ms", "fetch_poll_interval": "1s"},
+    "tuned": {"fetch_cooldown": "2ms", "fetch_poll_interval": "20ms"},
+}
 SUMMARY = re.compile(
     r"total jobs worked \[\s*(\d+)\s*\], total jobs inserted \[\s*(\d+)\s*\],"
     r" overall job/sec \[\s*([0-9.]+)\s*\], running (\S+)"
@@ -67,6 +77,34 @@ def binary() -> Path | None:
         if candidate and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
+
+
+def pickup_binary(river: Path) -> Path | None:
+    """river-pickup, which build.sh leaves beside River's CLI, or None."""
+    path = river.parent / "river-pickup"
+    return path if os.access(path, os.X_OK) else None
+
+
+def pickup_result(lines: list[str]) -> dict[str, Any]:
+    """Pickup figures of river-pickup's JSON lines (a settings line, then one per job)."""
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    settings: dict[str, Any] = next((row for row in rows if row.get("settings")), {})
+    call = [row["from_call_ms"] for row in rows if "seq" in row]
+    commit = [row["from_commit_ms"] for row in rows if "seq" in row]
+    if not call:
+        raise ValueError("river-pickup printed no samples")
+    return {
+        "n": len(call),
+        "p50_ms": percentile(call, 50),
+        "p95_ms": percentile(call, 95),
+        "max_ms": max(call),
+        "mean_ms": sum(call) / len(call),
+        "commit_p50_ms": percentile(commit, 50),
+        "commit_p95_ms": percentile(commit, 95),
+        "fetch_cooldown_ms": settings.get("fetch_cooldown_ms"),
+        "fetch_poll_interval_ms": settings.get("fetch_poll_interval_ms"),
+        "samples_ms": [round(v, 3) for v in call],
+    }
 
 
 def go_duration(text: str) -> float:
@@ -131,10 +169,20 @@ class River:
     ) -> tuple[int, str]:
         """Run the CLI; after ``within`` seconds SIGTERM it (``river bench`` then stops its
         client and prints its summary), and SIGKILL it 30 s later."""
+        return await self._exec(self.path, *args, env=env, log=log, within=within)
+
+    async def _exec(
+        self,
+        path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        log: str = "river",
+        within: float = 120.0,
+    ) -> tuple[int, str]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{log}.stderr").open("wb") as err:
             proc = await asyncio.create_subprocess_exec(
-                str(self.path),
+                str(path),
                 *args,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
@@ -159,6 +207,30 @@ class River:
         code, out = await self._run("migrate-up", "--database-url", self.url, log="river-migrate")
         if code != 0:
             raise RuntimeError(f"river migrate-up exited {code}: {out.strip()[-300:]}")
+
+    async def pickup(self, count: int, setting: str) -> dict[str, Any]:
+        """River's pickup at a setting of PICKUP_SETTINGS, by river-pickup."""
+        path = pickup_binary(self.path)
+        if path is None:
+            raise FileNotFoundError("river-pickup not found beside River's CLI: " + HOW_TO_BUILD)
+        chosen = PICKUP_SETTINGS[setting]
+        code, out = await self._exec(
+            path,
+            "--database-url",
+            self.url,
+            "--jobs",
+            str(count),
+            "--fetch-cooldown",
+            chosen["fetch_cooldown"],
+            "--fetch-poll-interval",
+            chosen["fetch_poll_interval"],
+            log=f"river-pickup-{setting}",
+            within=60 + count * 1.5,
+        )
+        if code != 0:
+            tail = (self.log_dir / f"river-pickup-{setting}.stderr").read_text()[-300:]
+            raise RuntimeError(f"river-pickup exited {code}: {tail}")
+        return {"setting": setting, **pickup_result(out.splitlines())}
 
     async def bench(
         self, jobs: int, *, keep_table: bool = False, before_start: str = "", log: str = "river"

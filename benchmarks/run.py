@@ -315,6 +315,7 @@ class Runner:
             "latency": [],
             "enqueue": [],
             "river": [],
+            "river_pickup": [],
             "errors": [],
         }
         self.systems: list[System] = []
@@ -390,7 +391,10 @@ class Runner:
             "version": river.version,
             "settings": river_module.SETTINGS,
             "defaults": river_module.DEFAULTS,
+            "pickup_settings": river_module.PICKUP_SETTINGS,
         }
+        if "latency" in self.args.parts and river_module.pickup_binary(path) is None:
+            self.say(f"  river pickup skipped: no river-pickup beside {path}; {HOW_TO_BUILD}")
 
     def sizes_of_starts(self) -> starts.Sizes:
         return starts.Sizes(
@@ -409,6 +413,25 @@ class Runner:
         self.results["river"].append(run)
         if run.get("ok"):
             self.say(f"  {'river':13} {'river bench, stock':28} {run['rate']:>9,.0f} jobs/s")
+
+    async def measure_river_pickup(self, repeat: int) -> None:
+        """River's pickup by river-pickup, at River's defaults and at its bench's tuning."""
+        assert self.river is not None
+        if river_module.pickup_binary(self.river.path) is None:
+            return
+        for setting in river_module.PICKUP_SETTINGS:
+            load = starts.load()
+            count = sizes(self.args).latency_jobs
+            lat = await self.guarded(
+                f"river pickup {setting}", partial(self.river.pickup, count, setting)
+            )
+            lat.update(system="river", setting=setting, repeat=repeat, load=load)
+            self.results["river_pickup"].append(lat)
+            if "error" not in lat:
+                self.say(
+                    f"  {'river':13} pickup p50 {lat['p50_ms']:.2f} ms"
+                    f"  p95 {lat['p95_ms']:.2f} ms ({setting})"
+                )
 
     async def measure_river_start(self, state: str, repeat: int) -> None:
         assert self.river is not None
@@ -592,6 +615,8 @@ class Runner:
             for system in self.systems:
                 if system not in turns:
                     await self.measure_latency([system], repeat)
+            if self.river is not None:
+                await self.measure_river_pickup(repeat)
 
     def best_asyncq_point(self) -> Point:
         """asyncq's fastest single-process configuration so far (c=100 b=100 if none)."""

@@ -46,8 +46,11 @@
 #     run (the harness has prepared the table: finished rows, statistics), and
 #     RIVER_BENCH_BEFORE_START="ANALYZE river_job; CHECKPOINT" runs those statements
 #     after the jobs are inserted and before the client starts (not timed);
-#   * builds with GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=0.
+#   * builds with GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=0;
+#   * builds benchmarks/river/pickup (River's pickup, which its CLI cannot measure) in the
+#     same module, from the same sources, as $RIVERBUILD/river-pickup.
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 MIRRORS=${MIRRORS:?set MIRRORS to the root of the git mirrors}
 RIVERBUILD=${RIVERBUILD:-/tmp/riverbuild}
@@ -216,5 +219,7 @@ fi
 "$GO" version
 cd "$MAIN"
 "$GO" build -p "$GOBUILD_P" -trimpath -o "$OUT" .
-echo "built $OUT (River $RIVER_REF); sources used:"; cat "$SRC/VERSIONS.txt"
+rm -rf "$MAIN/pickup"; cp -r "$HERE/pickup" "$MAIN/pickup"
+"$GO" build -p "$GOBUILD_P" -trimpath -o "$RIVERBUILD/river-pickup" ./pickup
+echo "built $OUT and $RIVERBUILD/river-pickup (River $RIVER_REF); sources used:"; cat "$SRC/VERSIONS.txt"
 "$OUT" --version || true
