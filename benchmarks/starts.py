@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,9 +136,22 @@ class Hold:
 
 
 async def drain(
-    system: System, point: Point, sizes: Sizes, log_dir: Path, state: str
+    system: System,
+    point: Point,
+    sizes: Sizes,
+    log_dir: Path,
+    state: str,
+    *,
+    wrapper: tuple[str, ...] = (),
+    on_ready: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """One drain from ``state``; the result as the throughput part's, with the state."""
+    """One drain from ``state``; the result as the throughput part's, with the state.
+
+    ``wrapper`` runs the workers under a profiler (whose output is whole in the pre-loaded
+    states, where the workers exit when the queue is empty; in the empty state it is
+    stopped). ``on_ready`` runs when the table is in its state and the workers are ready,
+    just before they (or, in the empty state, the burst) go: benchmarks/start_profile.py
+    resets the server's statistics there."""
     jobs = sizes.jobs(state)
     tables = system.tables
     await system.reset()
@@ -154,11 +168,14 @@ async def drain(
                 point.processes,
                 log_dir,
                 tag,
+                wrapper,
                 python=system.interpreter(),
             ) as procs:
                 for proc in procs:
                     proc.go()
                 await asyncio.sleep(SETTLE)
+                if on_ready is not None:
+                    await on_ready()
                 before = await system.completed()  # the probe's connection, opened now
                 async with Hold(system) as hold:
                     await preload(system, jobs)
@@ -180,8 +197,11 @@ async def drain(
                 point.processes,
                 log_dir,
                 tag,
+                wrapper,
                 python=system.interpreter(),
             ) as procs:
+                if on_ready is not None:
+                    await on_ready()
                 before = await system.completed()  # the probe's connection, opened now
                 for proc in procs:
                     proc.go()
@@ -189,6 +209,9 @@ async def drain(
                 finished = await wait_until_done(
                     system, interval=POLL_INTERVAL, within=120 + jobs / 100
                 )
+                if wrapper:  # a profiler writes its output when its worker exits
+                    for proc in procs:
+                        await proc.wait_exit(30)
         completed = await system.completed() - before
     finally:
         await system.close_probe()
