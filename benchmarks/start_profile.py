@@ -40,9 +40,23 @@ SELECT query, calls, rows, total_exec_time, total_plan_time, shared_blks_hit,
 """
 
 
+# Blocks and index entries per relation (the table, its TOAST, each index).
+RELATIONS = """
+SELECT s.relname AS relation, s.heap_blks_hit + s.heap_blks_read AS blocks,
+       s.heap_blks_read AS read, NULL::bigint AS scans, NULL::bigint AS entries
+  FROM pg_statio_user_tables s WHERE s.relname = 'asyncq_jobs'
+UNION ALL
+SELECT i.indexrelname, i.idx_blks_hit + i.idx_blks_read, i.idx_blks_read, u.idx_scan,
+       u.idx_tup_read
+  FROM pg_statio_user_indexes i JOIN pg_stat_user_indexes u USING (indexrelid)
+ WHERE i.relname = 'asyncq_jobs'
+ ORDER BY 2 DESC
+"""
+
+
 async def _reset(dsn: str) -> None:
     async with await connect(dsn) as conn:
-        await conn.execute("SELECT pg_stat_statements_reset()")
+        await conn.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
 
 
 async def _statements(dsn: str) -> list[dict[str, Any]]:
@@ -50,6 +64,23 @@ async def _statements(dsn: str) -> list[dict[str, Any]]:
         cur = await conn.execute(STATEMENTS)
         names = [column.name for column in cur.description or ()]
         return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+
+
+async def _relations(dsn: str, jobs: int) -> list[dict[str, Any]]:
+    """Per relation of asyncq_jobs: blocks, blocks read from outside shared buffers, index
+    scans and index entries read, per job."""
+    async with await connect(dsn) as conn:
+        rows = await (await conn.execute(RELATIONS)).fetchall()
+    return [
+        {
+            "relation": name,
+            "blocks_per_job": blocks / jobs,
+            "read_per_job": read / jobs,
+            "scans_per_job": None if scans is None else scans / jobs,
+            "entries_per_scan": None if not scans else entries / scans,
+        }
+        for name, blocks, read, scans, entries in rows
+    ]
 
 
 def per_job(statements: list[dict[str, Any]], jobs: int, seconds: float) -> dict[str, Any]:
@@ -64,6 +95,7 @@ def per_job(statements: list[dict[str, Any]], jobs: int, seconds: float) -> dict
             "plan_us_per_job": 1000 * s["total_plan_time"] / jobs,
             "share": (s["total_exec_time"] + s["total_plan_time"]) / server_ms if server_ms else 0,
             "blocks_per_job": (s["shared_blks_hit"] + s["shared_blks_read"]) / jobs,
+            "read_per_job": s["shared_blks_read"] / jobs,
             "wal_bytes_per_job": float(s["wal_bytes"]) / jobs,
         }
         for s in statements
@@ -96,8 +128,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "drain": run,
             "load": os.getloadavg(),
             **per_job(await _statements(dsn), run["jobs"], run["seconds"]),
+            "relations": await _relations(dsn, run["jobs"]),
         }
-        spy = profile.py_spy()
+        spy = profile.py_spy() if args.py_spy else None
         if spy is not None:
             raw = args.out / f"asyncq-{args.state}-profile.txt"
             wrapper: tuple[str, ...] = (spy, "record", "--nonblocking", "--rate", str(profile.RATE))
@@ -120,7 +153,8 @@ def render(result: dict[str, Any]) -> str:
         f" {result['round_trips_per_job']:.3f} round trips per job,"
         f" {result['server_us_per_job']:.1f} us of statements per job"
         f" (server busy {result['server_busy']:.2f}x the drain's time)",
-        "  calls/job  rows/call  exec us/job  plan us/job  share  blocks/job  WAL B/job  statement",
+        "  calls/job  rows/call  exec us/job  plan us/job  share  blocks/job  read/job"
+        "  WAL B/job  statement",
     ]
     for s in result["statements"]:
         if s["share"] < 0.001 and s["calls_per_job"] < 0.001:
@@ -128,7 +162,15 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"  {s['calls_per_job']:9.4f}  {s['rows_per_call']:9.1f}  {s['exec_us_per_job']:11.2f}"
             f"  {s['plan_us_per_job']:11.2f}  {s['share']:5.1%}  {s['blocks_per_job']:10.2f}"
-            f"  {s['wal_bytes_per_job']:9.1f}  {s['query']}"
+            f"  {s['read_per_job']:8.2f}  {s['wal_bytes_per_job']:9.1f}  {s['query']}"
+        )
+    lines.append("  blocks/job  read/job  scans/job  entries/scan  relation")
+    for r in result.get("relations", []):
+        scans = "" if r["scans_per_job"] is None else f"{r['scans_per_job']:.4f}"
+        entries = "" if r["entries_per_scan"] is None else f"{r['entries_per_scan']:.1f}"
+        lines.append(
+            f"  {r['blocks_per_job']:10.2f}  {r['read_per_job']:8.2f}  {scans:>9}"
+            f"  {entries:>12}  {r['relation']}"
         )
     spied = result.get("profile")
     if spied:
@@ -150,6 +192,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--finished-jobs", type=int, default=1_000_000, help="history state")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--batch", type=int, default=0, help="0: the worker's own")
+    parser.add_argument(
+        "--py-spy", action=argparse.BooleanOptionalAction, default=True, help="the second drain"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/start_profile"))
     return parser.parse_args()
 

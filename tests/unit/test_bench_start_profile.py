@@ -42,6 +42,7 @@ def test_statements_per_job_and_their_shares() -> None:
     assert claim["exec_us_per_job"] == pytest.approx(30.0)
     assert claim["share"] == pytest.approx(0.75)
     assert claim["blocks_per_job"] == 1.0
+    assert claim["read_per_job"] == 0.1
     assert claim["wal_bytes_per_job"] == 50.0
     assert commit["plan_us_per_job"] == pytest.approx(1.0)
     assert never["rows_per_call"] == 0.0
