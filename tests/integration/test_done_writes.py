@@ -51,3 +51,37 @@ async def test_each_row_is_written_by_its_own_claim_whatever_order_the_outcomes_
         assert (claimed, count) == ([], 3)
     rows = db.execute("SELECT status::text FROM asyncq_jobs ORDER BY id").fetchall()
     assert rows == [("done",)] * 6
+
+
+def test_the_done_write_wakes_the_waiter_of_the_last_job_it_ends(
+    db: psycopg.Connection[Any],
+) -> None:
+    """A job waited for and written done with nothing to store: its edge goes in the
+    statement that ends it, and its waiter is woken when it was the last (migration 0027:
+    one statement that ends the jobs, returns their ids and releases their waiters)."""
+    db.execute(
+        "INSERT INTO asyncq_jobs (id, task_name, status, waiting_for, run_at)"
+        " VALUES (1, 'parent', 'waiting', 'jobs', 'infinity')"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (id, task_name, status, locked_by, claims, attempts, lease,"
+        " locked_at, expires_at, parent_id, awaited)"
+        " SELECT g, 'child', 'running', 'w', 1, 1, '30 s', now(), now() + interval '30 s',"
+        " 1, true FROM generate_series(2, 3) AS g"
+    )
+    db.execute("INSERT INTO asyncq_waits (on_id, job_id) VALUES (2, 1), (3, 1)")
+
+    def state() -> tuple[object, ...]:
+        row = db.execute(
+            "SELECT (SELECT status::text FROM asyncq_jobs WHERE id = 1),"
+            " (SELECT array_agg(on_id ORDER BY on_id) FROM asyncq_waits)"
+        ).fetchone()
+        assert row is not None
+        return row
+
+    ended = db.execute("SELECT * FROM asyncq_mark_done('w', '{2}', '{1}')").fetchall()
+    assert ended == [(2,)]
+    assert state() == ("waiting", [3])
+    ended = db.execute("SELECT * FROM asyncq_mark_done('w', '{3}', '{1}')").fetchall()
+    assert ended == [(3,)]
+    assert state() == ("queued", None)

@@ -464,3 +464,34 @@ def test_a_session_planned_on_the_empty_table_keeps_reading_indexes(
         for call in calls:
             pages = pages_read(session, call)
             assert pages < table_pages / 4, f"{call} read {pages} pages of {table_pages}"
+
+
+def test_the_plain_path_finds_its_tables_whatever_the_search_path(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    """The claim and the done write set no search_path (migration 0027: a setting costs
+    every call): each name in them is the schema's, found from a session whose search
+    path does not hold it."""
+    for function in ("asyncq_claim", "asyncq_mark_done"):
+        row = db.execute(
+            "SELECT proconfig FROM pg_proc WHERE proname = %s"
+            " AND pronamespace = current_schema()::regnamespace",
+            [function],
+        ).fetchone()
+        assert row is not None
+        assert not any(s.startswith("search_path=") for s in row[0] or []), row[0]
+    schema = db.execute("SELECT current_schema()").fetchone()
+    assert schema is not None
+    db.execute("INSERT INTO asyncq_jobs (task_name) VALUES ('t')")
+    db.execute("INSERT INTO asyncq_result_listeners (listener) VALUES ('l')")
+    with psycopg.connect(dsn, autocommit=True) as session:
+        session.execute("SET search_path = pg_catalog")
+        claimed = session.execute(
+            f"SELECT job_id, job_claims FROM {schema[0]}.asyncq_claim('w', 10, '30 s', NULL)"  # type: ignore[arg-type]
+        ).fetchall()
+        assert [c[0] for c in claimed] == [1]
+        ended = session.execute(
+            f"SELECT * FROM {schema[0]}.asyncq_mark_done('w', '{{1}}', '{{1}}')"  # type: ignore[arg-type]
+        ).fetchall()
+        assert ended == [(1,)]
+    assert db.execute("SELECT status::text FROM asyncq_jobs").fetchall() == [("done",)]
