@@ -44,7 +44,8 @@ NOTICES = {
     "already-paused": "The queue was paused already.",
     "resumed": "Resumed: workers claim from this queue again.",
     "not-paused": "The queue was not paused.",
-    "bulk-done": "Done: the bulk action ran; its record is marked below.",
+    "bulk-started": "Started: the bulk action runs; its record, marked below, counts the rows"
+    " it has changed as it goes.",
 }
 
 _templates = jinja2.Environment(
