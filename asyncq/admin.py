@@ -1266,17 +1266,22 @@ class BulkRun:
         """Change the jobs, ``batch`` of them at a time in id order, each batch in its
         own short transaction on a connection of its own from ``connect()`` (no lock
         held long, workers go on meanwhile) that also writes the rows changed so far to
-        the audit record; then write the record done, or failed with the error."""
+        the audit record; then write the record done, failed with the error, or stopped
+        (cancelled: its process shuts down; the batch under way rolls back whole)."""
         beating = asyncio.create_task(self._heartbeat())
         try:
             result = await self._batches(batch, progress)
         except BaseException as exc:
             beating.cancel()
+            stopped = isinstance(exc, asyncio.CancelledError)
+            error = None if stopped else f"{type(exc).__name__}: {exc}".rstrip(": ")
             with contextlib.suppress(Exception):
                 async with self.connect() as conn:
-                    error = f"{type(exc).__name__}: {exc}".rstrip(": ")
                     await self.store.audit_end(
-                        conn, audit_id=self.audit_id, state="failed", error=error
+                        conn,
+                        audit_id=self.audit_id,
+                        state="stopped" if stopped else "failed",
+                        error=error,
                     )
             raise
         beating.cancel()
@@ -1410,8 +1415,9 @@ class AuditRecord:
     """What someone did to many jobs at once: when it started (``at``), who (``actor``),
     the ``action``, the ``filter`` that chose the jobs, its ``detail`` (a priority, a
     queue), how many jobs its preview ``matched`` and how many ``rows`` changed so far;
-    its ``state`` (running, done, failed with its ``error``, or interrupted: left running
-    by a process that died), and when the record last moved (``updated_at``)."""
+    its ``state`` (running, done, failed with its ``error``, stopped: its process shut
+    down before its end, or interrupted: left running by a process that died), and when
+    the record last moved (``updated_at``)."""
 
     id: int
     at: datetime

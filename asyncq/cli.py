@@ -353,8 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="The audit records of the bulk actions run from the dashboard or the"
         " command line, newest first: when, who, the action and its value, the filter that"
         " chose the jobs, how many its preview matched, how many rows it has changed (counted"
-        " as each batch commits) and its state: running, done, failed, or interrupted (left"
-        " running by a process that stopped).",
+        " as each batch commits) and its state: running, done, failed, stopped, or"
+        " interrupted (left running by a process that died).",
     )
     audit.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     audit.add_argument(

@@ -3,9 +3,10 @@ write through it, only by POST with a CSRF token."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -408,7 +409,14 @@ def build(
         SchemaNotMigrated: dashboard.unusable,
         PreparedStatementsRefused: dashboard.unusable,
     }
-    starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        # Served on its own (`asyncq dashboard`): its bulk actions stop with it.
+        yield
+        await dashboard.bulk.stop()
+
+    starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers, lifespan=lifespan)
     return Guard(starlette, authorize, hosts=hosts, login=login)
 
 

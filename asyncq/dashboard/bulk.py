@@ -118,6 +118,13 @@ class Bulk:
             f"{root}/audit?notice=bulk-started&record={started.audit_id}", status_code=303
         )
 
+    async def stop(self) -> None:
+        """Stop the actions still running, the process shutting down: each ends its
+        batch under way rolled back, its record written stopped."""
+        for task in self.running:
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+
     def _ended(self, task: asyncio.Task[admin.BulkResult]) -> None:
         self.running.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:

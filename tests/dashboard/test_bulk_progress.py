@@ -2,7 +2,8 @@
 at once while a task of the process runs the batches, its audit record counts the rows
 as each batch commits (the count rises across reads and ends at the total), and a
 dashboard killed mid-action leaves a record shown interrupted whose count is exactly
-the jobs changed: whole batches, the lowest ids first, none half-changed."""
+the jobs changed: whole batches, the lowest ids first, none half-changed; one stopped
+(SIGTERM) writes its record stopped as it exits."""
 
 from __future__ import annotations
 
@@ -134,3 +135,24 @@ def test_a_dashboard_killed_mid_action_leaves_an_interrupted_record_of_whole_bat
     )
     assert f'<td class="num">{rows}</td>' in interrupted and "last seen" in interrupted
     assert record(db, audit_id) == ("running", rows, JOBS)
+
+
+def test_a_dashboard_stopped_mid_action_writes_its_record_stopped_at_a_whole_batch(
+    serve: Serve, dashboards: list[WorkerProcess], db: psycopg.Connection[Any]
+) -> None:
+    ids = failed_jobs(db, JOBS)
+    url = serve()
+    audit_id = start_requeue(url)
+    wait_until(
+        lambda: record(db, audit_id)[1] >= 2 * admin.BULK_BATCH,
+        30,
+        "the action to commit two batches",
+    )
+    dashboards[0].send(signal.SIGTERM)
+    dashboards[0].wait(30)
+    # Written as it stopped: the batch under way rolled back, the record counts the rest.
+    state, rows, _ = record(db, audit_id)
+    assert state == "stopped" and 0 < rows < JOBS, (state, rows)
+    assert rows % admin.BULK_BATCH == 0
+    assert requeued(db) == ids[:rows]
+    assert ">stopped</td>" in audit_row(serve(), audit_id)
