@@ -4,6 +4,7 @@ requeue, cancel, pause, resume and prune. Each takes a connection and the App's 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -1224,6 +1225,10 @@ BULK_ACTIONS = {
     )
 }
 BULK_BATCH = 500
+# A running bulk action moves its record's updated_at at least this often (seconds)...
+BULK_HEARTBEAT = 3.0
+# ... and a running record still for this long is shown interrupted: its process died.
+BULK_STALE = timedelta(seconds=15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1234,6 +1239,147 @@ class BulkResult:
     changed: int
     batches: int
     audit_id: int
+
+
+class BulkRun:
+    """A bulk action whose audit record is written (``audit_id``), to `run`."""
+
+    def __init__(
+        self,
+        connect: Callable[[], contextlib.AbstractAsyncContextManager[Conn]],
+        store: Store,
+        action: str,
+        where: JobFilter,
+        detail: dict[str, Any],
+        audit_id: int,
+    ) -> None:
+        self.connect = connect
+        self.store = store
+        self.action = action
+        self.where = where
+        self.detail = detail
+        self.audit_id = audit_id
+
+    async def run(
+        self, *, batch: int = BULK_BATCH, progress: Callable[[int], None] | None = None
+    ) -> BulkResult:
+        """Change the jobs, ``batch`` of them at a time in id order, each batch in its
+        own short transaction on a connection of its own from ``connect()`` (no lock
+        held long, workers go on meanwhile) that also writes the rows changed so far to
+        the audit record; then write the record done, failed with the error, or stopped
+        (cancelled: its process shuts down; the batch under way rolls back whole)."""
+        beating = asyncio.create_task(self._heartbeat())
+        try:
+            result = await self._batches(batch, progress)
+        except BaseException as exc:
+            beating.cancel()
+            stopped = isinstance(exc, asyncio.CancelledError)
+            error = None if stopped else f"{type(exc).__name__}: {exc}".rstrip(": ")
+            with contextlib.suppress(Exception):
+                async with self.connect() as conn:
+                    await self.store.audit_end(
+                        conn,
+                        audit_id=self.audit_id,
+                        state="stopped" if stopped else "failed",
+                        error=error,
+                    )
+            raise
+        beating.cancel()
+        async with self.connect() as conn:
+            await self.store.audit_end(conn, audit_id=self.audit_id, state="done")
+        return result
+
+    async def _batches(self, batch: int, progress: Callable[[int], None] | None) -> BulkResult:
+        eligible = list(BULK_ACTIONS[self.action].eligible)
+        changed = batches = after = 0
+        while True:
+            async with self.connect() as conn:
+                ids = await self.store.bulk_batch(
+                    conn, self.where.params(), eligible=eligible, after=after, batch=batch
+                )
+                if not ids:
+                    break
+                after = ids[-1]
+                batches += 1
+                changed += await self._batch(conn, ids, changed)
+            if progress is not None:
+                progress(changed)
+            if len(ids) < batch:
+                break
+        return BulkResult(changed=changed, batches=batches, audit_id=self.audit_id)
+
+    async def _batch(self, conn: Conn, ids: list[int], before: int) -> int:
+        """Change one batch and count it in the audit record, in one transaction: the
+        record never counts a row that did not change, nor misses one that did."""
+        tries = 1
+        while True:
+            try:
+                async with conn.transaction():
+                    changed = await self._change(conn, ids)
+                    await self.store.audit_progress(
+                        conn, audit_id=self.audit_id, rows=before + changed
+                    )
+                return changed
+            except errors.DeadlockDetected:
+                # A cancel meeting a worker's write in a cycle (see `_cancel`): the
+                # transaction rolled back whole; the batch is tried again.
+                if tries == CANCEL_TRIES:
+                    raise
+                tries += 1
+
+    async def _change(self, conn: Conn, ids: list[int]) -> int:
+        if self.action == "requeue":
+            return len(await self.store.requeue_ids(conn, ids=ids))
+        if self.action == "cancel":
+            outcomes = await _cancel(conn, self.store, ids)
+            return sum(1 for o in outcomes.values() if o in ("cancelled", "aborting"))
+        return await self.store.bulk_change(conn, self.action, ids=ids, **self.detail)
+
+    async def _heartbeat(self) -> None:
+        """Move the record's updated_at while the action runs, a batch waiting on a
+        lock too; a failed beat is tried at the next."""
+        while True:
+            await asyncio.sleep(BULK_HEARTBEAT)
+            try:
+                async with self.connect() as conn:
+                    await self.store.audit_heartbeat(conn, audit_id=self.audit_id)
+            except Exception:
+                logger.warning("could not mark bulk action %s alive", self.audit_id, exc_info=True)
+
+
+async def start_bulk(
+    connect: Callable[[], contextlib.AbstractAsyncContextManager[Conn]],
+    store: Store,
+    action: str,
+    where: JobFilter,
+    *,
+    actor: str,
+    priority: int | None = None,
+    queue: str | None = None,
+    matched: int = 0,
+) -> BulkRun:
+    """Write the audit record of ``action`` (one of `BULK_ACTIONS`) on the jobs ``where``
+    finds, running (``actor``: who; the filter; ``matched``: the count its preview
+    showed); the returned `BulkRun` runs it."""
+    if action not in BULK_ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}: one of {', '.join(BULK_ACTIONS)}")
+    detail: dict[str, Any] = {}
+    if action == "priority":
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
+            raise ValueError(f"a priority is a whole number, not {priority!r}")
+        detail["priority"] = priority
+    if action == "move":
+        detail["queue"] = validate_name("queue", queue)
+    async with connect() as conn:
+        audit_id = await store.audit_start(
+            conn,
+            actor=actor,
+            action=action,
+            filter=json.dumps(where.described()),
+            detail=json.dumps(detail) if detail else None,
+            matched=matched,
+        )
+    return BulkRun(connect, store, action, where, detail, audit_id)
 
 
 async def bulk(
@@ -1249,61 +1395,29 @@ async def bulk(
     batch: int = BULK_BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> BulkResult:
-    """Run ``action`` (one of `BULK_ACTIONS`) on the jobs ``where`` finds, ``batch`` of
-    them per statement, each in its own short transaction on a connection of its own
-    from ``connect()`` (an autocommit connection: no lock held long, workers go on
-    meanwhile), in id order; then write its audit record (``actor``: who; the filter;
-    ``matched``: the count its preview showed; the rows changed)."""
-    if action not in BULK_ACTIONS:
-        raise ValueError(f"unknown bulk action {action!r}: one of {', '.join(BULK_ACTIONS)}")
-    detail: dict[str, Any] = {}
-    if action == "priority":
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
-            raise ValueError(f"a priority is a whole number, not {priority!r}")
-        detail["priority"] = priority
-    if action == "move":
-        detail["queue"] = validate_name("queue", queue)
-    eligible = list(BULK_ACTIONS[action].eligible)
-    changed = batches = 0
-    after = 0
-    while True:
-        async with connect() as conn:
-            ids = await store.bulk_batch(
-                conn, where.params(), eligible=eligible, after=after, batch=batch
-            )
-            if not ids:
-                break
-            after = ids[-1]
-            batches += 1
-            if action == "requeue":
-                changed += len(await store.requeue_ids(conn, ids=ids))
-            elif action == "cancel":
-                outcomes = await _cancel(conn, store, ids)
-                changed += sum(1 for o in outcomes.values() if o in ("cancelled", "aborting"))
-            else:
-                changed += await store.bulk_change(conn, action, ids=ids, **detail)
-        if progress is not None:
-            progress(changed)
-        if len(ids) < batch:
-            break
-    async with connect() as conn:
-        audit_id = await store.audit_write(
-            conn,
-            actor=actor,
-            action=action,
-            filter=json.dumps(where.described()),
-            detail=json.dumps(detail) if detail else None,
-            rows=changed,
-            matched=matched,
-        )
-    return BulkResult(changed=changed, batches=batches, audit_id=audit_id)
+    """`start_bulk`, then run it to the end (``progress``: called with the rows changed
+    so far after each batch)."""
+    started = await start_bulk(
+        connect,
+        store,
+        action,
+        where,
+        actor=actor,
+        priority=priority,
+        queue=queue,
+        matched=matched,
+    )
+    return await started.run(batch=batch, progress=progress)
 
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
-    """What someone did to many jobs at once: when (``at``), who (``actor``), the
-    ``action``, the ``filter`` that chose the jobs, its ``detail`` (a priority, a queue),
-    how many jobs its preview ``matched`` and how many ``rows`` changed."""
+    """What someone did to many jobs at once: when it started (``at``), who (``actor``),
+    the ``action``, the ``filter`` that chose the jobs, its ``detail`` (a priority, a
+    queue), how many jobs its preview ``matched`` and how many ``rows`` changed so far;
+    its ``state`` (running, done, failed with its ``error``, stopped: its process shut
+    down before its end, or interrupted: left running by a process that died), and when
+    the record last moved (``updated_at``)."""
 
     id: int
     at: datetime
@@ -1313,13 +1427,19 @@ class AuditRecord:
     detail: dict[str, Any] | None
     rows: int
     matched: int
+    state: str
+    updated_at: datetime
+    error: str | None
 
 
-async def audit(conn: Conn, store: Store, *, limit: int = 100) -> list[AuditRecord]:
-    """The latest audit records, newest first."""
+async def audit(
+    conn: Conn, store: Store, *, limit: int = 100, stale: timedelta = BULK_STALE
+) -> list[AuditRecord]:
+    """The latest audit records, newest first (a running one whose updated_at is older
+    than ``stale``: interrupted)."""
     found = []
-    for row in await store.audit_list(conn, limit=_limit(limit)):
-        id_, at, actor, action, where, detail, rows, matched = row
+    for row in await store.audit_list(conn, limit=_limit(limit), stale=stale):
+        id_, at, actor, action, where, detail, rows, matched, state, updated_at, error = row
         found.append(
             AuditRecord(
                 id=id_,
@@ -1330,6 +1450,9 @@ async def audit(conn: Conn, store: Store, *, limit: int = 100) -> list[AuditReco
                 detail=None if detail is None else json.loads(detail),
                 rows=rows,
                 matched=matched,
+                state=state,
+                updated_at=updated_at,
+                error=error,
             )
         )
     return found

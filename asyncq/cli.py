@@ -352,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the bulk actions run, newest first",
         description="The audit records of the bulk actions run from the dashboard or the"
         " command line, newest first: when, who, the action and its value, the filter that"
-        " chose the jobs, how many its preview matched and how many rows changed.",
+        " chose the jobs, how many its preview matched, how many rows it has changed (counted"
+        " as each batch commits) and its state: running, done, failed, stopped, or"
+        " interrupted (left running by a process that died).",
     )
     audit.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     audit.add_argument(
@@ -1095,12 +1097,13 @@ def _counts(counted: admin.Matched) -> dict[str, object]:
 async def _audit(app: App, args: argparse.Namespace) -> None:
     async with app, pools.connection(app.pool) as conn:
         found = await admin.audit(conn, app.store, limit=args.limit)
-    headers = ["id", "at", "actor", "action", "filter", "matched", "rows"]
+    headers = ["id", "at", "actor", "action", "filter", "matched", "rows", "state"]
 
     def row(r: admin.AuditRecord) -> list[object]:
         value = "" if not r.detail else " " + " ".join(str(v) for v in r.detail.values())
         where = " ".join(f"{k}={v}" for k, v in r.filter.items()) or "every job"
-        return [r.id, _when(r.at), r.actor, r.action + value, where, r.matched, r.rows]
+        state = r.state if r.error is None else f"{r.state}: {r.error}"
+        return [r.id, _when(r.at), r.actor, r.action + value, where, r.matched, r.rows, state]
 
     _print_listing(args, found, headers, row, empty="no bulk actions recorded")
 

@@ -928,7 +928,7 @@ class Store:
         return len(await cur.fetchall())
 
     @_translating
-    async def audit_write(
+    async def audit_start(
         self,
         conn: Conn,
         *,
@@ -936,7 +936,6 @@ class Store:
         action: str,
         filter: str,
         detail: str | None,
-        rows: int,
         matched: int,
     ) -> int:
         params = {
@@ -944,16 +943,33 @@ class Store:
             "action": action,
             "filter": filter,
             "detail": detail,
-            "rows": rows,
             "matched": matched,
         }
-        row = await (await conn.execute(self.q["audit_write"], params)).fetchone()
+        row = await (await conn.execute(self.q["audit_start"], params)).fetchone()
         assert row is not None
         return int(row[0])
 
     @_translating
-    async def audit_list(self, conn: Conn, *, limit: int) -> list[tuple[Any, ...]]:
-        return await (await conn.execute(self.q["audit_list"], {"limit": limit})).fetchall()
+    async def audit_progress(self, conn: Conn, *, audit_id: int, rows: int) -> None:
+        await conn.execute(self.q["audit_progress"], {"id": audit_id, "rows": rows})
+
+    @_translating
+    async def audit_heartbeat(self, conn: Conn, *, audit_id: int) -> None:
+        await conn.execute(self.q["audit_heartbeat"], {"id": audit_id})
+
+    @_translating
+    async def audit_end(
+        self, conn: Conn, *, audit_id: int, state: str, error: str | None = None
+    ) -> None:
+        params = {"id": audit_id, "state": state, "error": error}
+        await conn.execute(self.q["audit_end"], params)
+
+    @_translating
+    async def audit_list(
+        self, conn: Conn, *, limit: int, stale: timedelta
+    ) -> list[tuple[Any, ...]]:
+        params = {"limit": limit, "stale": stale}
+        return await (await conn.execute(self.q["audit_list"], params)).fetchall()
 
     @_translating
     async def job_detail(self, conn: Conn, *, job_id: int) -> tuple[Any, ...] | None:

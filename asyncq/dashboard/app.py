@@ -3,9 +3,10 @@ write through it, only by POST with a CSRF token."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -44,7 +45,8 @@ NOTICES = {
     "already-paused": "The queue was paused already.",
     "resumed": "Resumed: workers claim from this queue again.",
     "not-paused": "The queue was not paused.",
-    "bulk-done": "Done: the bulk action ran; its record is marked below.",
+    "bulk-started": "Started: the bulk action runs; its record, marked below, counts the rows"
+    " it has changed as it goes.",
 }
 
 _templates = jinja2.Environment(
@@ -407,7 +409,14 @@ def build(
         SchemaNotMigrated: dashboard.unusable,
         PreparedStatementsRefused: dashboard.unusable,
     }
-    starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        # Served on its own (`asyncq dashboard`): its bulk actions stop with it.
+        yield
+        await dashboard.bulk.stop()
+
+    starlette = Starlette(routes=dashboard.routes(), exception_handlers=handlers, lifespan=lifespan)
     return Guard(starlette, authorize, hosts=hosts, login=login)
 
 

@@ -1,9 +1,12 @@
 """Bulk actions on the jobs a filter finds: a preview that says how many jobs match and
-how many the action would change, a confirmation that runs it in batches, and the audit
-page that lists every one run (who, what, the filter, the rows, when)."""
+how many the action would change, a confirmation that starts it in the background of the
+dashboard's process (batches, each counted in its audit record as it commits), and the
+audit page that lists every one run (who, what, the filter, the rows so far, its state)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -17,6 +20,8 @@ from asyncq.dashboard.guard import IDENTITY, LOCAL
 if TYPE_CHECKING:
     from asyncq.app import App
     from asyncq.dashboard.app import Dashboard
+
+logger = logging.getLogger(__name__)
 
 AUDIT_SHOWN = 200
 
@@ -51,6 +56,7 @@ class Bulk:
 
     def __init__(self, dashboard: Dashboard) -> None:
         self.dashboard = dashboard
+        self.running: set[asyncio.Task[admin.BulkResult]] = set()
 
     @property
     def app(self) -> App:
@@ -84,7 +90,8 @@ class Bulk:
         )
 
     async def run(self, request: Request) -> Response:
-        """The action confirmed: run in batches, recorded in the audit table."""
+        """The action confirmed: its audit record written, then run in batches by a
+        task of this process while the answer points at the record."""
         form = await self.dashboard.checked_form(request)
         if isinstance(form, Response):
             return form
@@ -93,7 +100,7 @@ class Bulk:
             raise BadAction("a bulk action runs on the jobs its preview counted: preview it first")
         action, priority, queue = _action(form)
         matched = int(form.get("matched", "0")) if form.get("matched", "").isdigit() else 0
-        result = await admin.bulk(
+        started = await admin.start_bulk(
             lambda: pools.connection(self.app.pool),
             self.app.store,
             action.name,
@@ -103,10 +110,26 @@ class Bulk:
             queue=queue,
             matched=matched,
         )
+        task = asyncio.create_task(started.run())
+        self.running.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._ended)
         root = request.scope.get("root_path", "")
         return RedirectResponse(
-            f"{root}/audit?notice=bulk-done&record={result.audit_id}", status_code=303
+            f"{root}/audit?notice=bulk-started&record={started.audit_id}", status_code=303
         )
+
+    async def stop(self) -> None:
+        """Stop the actions still running, the process shutting down: each ends its
+        batch under way rolled back, its record written stopped."""
+        for task in self.running:
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+
+    def _ended(self, task: asyncio.Task[admin.BulkResult]) -> None:
+        self.running.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Its audit record says failed, with the error; the traceback goes to the log.
+            logger.error("a bulk action failed", exc_info=exc)
 
     async def audit_page(self, request: Request) -> Response:
         async with pools.connection(self.app.pool) as conn:

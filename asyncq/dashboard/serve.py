@@ -93,7 +93,7 @@ async def serve(
         host=host,
         port=port,
         log_config=None,  # the CLI has configured logging
-        lifespan="off",
+        lifespan="on",  # the dashboard's own: its bulk actions stop when it does
         server_header=False,
     )
     await uvicorn.Server(config).serve()

@@ -828,13 +828,31 @@ UPDATE asyncq_jobs SET queue = %(queue_to)s
  WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'waiting', 'failed', 'cancelled')
 RETURNING id
 
--- name: audit_write
-INSERT INTO asyncq_audit (actor, action, filter, detail, rows, matched)
-VALUES (%(actor)s, %(action)s, %(filter)s::jsonb, %(detail)s::jsonb, %(rows)s, %(matched)s)
+-- name: audit_start
+-- A bulk action's record, written as it starts: running, no row changed yet.
+INSERT INTO asyncq_audit (actor, action, filter, detail, rows, matched, state)
+VALUES (%(actor)s, %(action)s, %(filter)s::jsonb, %(detail)s::jsonb, 0, %(matched)s, 'running')
 RETURNING id
 
+-- name: audit_progress
+-- The rows a running bulk action has changed so far, written in each batch's transaction.
+UPDATE asyncq_audit SET rows = %(rows)s, updated_at = now() WHERE id = %(id)s
+
+-- name: audit_heartbeat
+-- A running bulk action is still at work (a batch may wait on a lock for a while).
+UPDATE asyncq_audit SET updated_at = now() WHERE id = %(id)s AND state = 'running'
+
+-- name: audit_end
+UPDATE asyncq_audit SET state = %(state)s, error = %(error)s, updated_at = now()
+ WHERE id = %(id)s
+
 -- name: audit_list
-SELECT id, at, actor, action, filter::text, detail::text, rows, matched
+-- Newest first; a running record whose action stopped moving its updated_at is shown
+-- interrupted (its process died before it ended).
+SELECT id, at, actor, action, filter::text, detail::text, rows, matched,
+       CASE WHEN state = 'running' AND updated_at < now() - %(stale)s::interval
+            THEN 'interrupted' ELSE state END,
+       updated_at, error
   FROM asyncq_audit
  ORDER BY id DESC
  LIMIT %(limit)s

@@ -63,8 +63,8 @@ def test_a_preview_changes_nothing_and_yes_changes_the_matching_rows_with_an_aud
     assert all(after[i][0] == "queued" for i in failed)
     assert after[other[0]] == before[other[0]]  # another queue: left alone
     assert after[queued[0]] == before[queued[0]]
-    [record] = db.execute("SELECT actor, action, rows, matched FROM asyncq_audit").fetchall()
-    assert record == (getpass.getuser(), "requeue", 5, 6)
+    [record] = db.execute("SELECT actor, action, rows, matched, state FROM asyncq_audit").fetchall()
+    assert record == (getpass.getuser(), "requeue", 5, 6, "done")
 
     moved = workers.cli("bulk", APP, "move", "urgent", "-q", "mail", "-s", "queued", "--yes")
     assert moved.returncode == 0, moved.stderr
@@ -76,13 +76,15 @@ def test_a_preview_changes_nothing_and_yes_changes_the_matching_rows_with_an_aud
     listed = workers.cli("audit", APP)
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split() == ["id", "at", "actor", "action", "filter", "matched", "rows"]
+    assert lines[0].split() == ["id", "at", "actor", "action", "filter", "matched", "rows", "state"]
     assert len(lines) == 4
     assert "priority 5" in lines[1] and "queue=urgent" in lines[1]
     assert "move urgent" in lines[2] and "status=queued" in lines[2]
+    assert all(line.endswith(" done") for line in lines[1:])
     records = [json.loads(line) for line in workers.cli("audit", APP, "--json").stdout.splitlines()]
     assert [r["action"] for r in records] == ["priority", "move", "requeue"]
     assert records[0]["detail"] == {"priority": 5} and records[0]["rows"] == 6
+    assert {(r["state"], r["error"]) for r in records} == {("done", None)}
     assert {r["actor"] for r in records} == {getpass.getuser()}
 
 

@@ -368,8 +368,9 @@ def test_the_documented_dashboard_role_runs_bulk_actions_and_only_adds_audit_rec
     assert listed.returncode == 0, listed.stderr
     records = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [r["action"] for r in records] == ["delete", "cancel", "move", "priority", "requeue"]
-    assert {r["rows"] for r in records} == {3}
+    assert {(r["rows"], r["state"]) for r in records} == {(3, "done")}
     # The records are the dashboard's to add, not to rewrite or remove.
     assert denied(dashboard, f"DELETE FROM {audit}")
     assert denied(dashboard, f"UPDATE {audit} SET actor = 'someone else'")
+    assert denied(dashboard, f"UPDATE {audit} SET filter = '{{}}'")
     assert denied(dashboard, f"UPDATE {jobs} SET task_name = 'other'")

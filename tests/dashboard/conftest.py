@@ -113,11 +113,22 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def serve(workers: Workers, tmp_path: Path) -> Iterator[Serve]:
+def dashboards() -> Iterator[list[WorkerProcess]]:
+    """The ``asyncq dashboard`` processes `serve` started, in order; killed at the end."""
+    started: list[WorkerProcess] = []
+    try:
+        yield started
+    finally:
+        for process in started:
+            process.kill()
+
+
+@pytest.fixture
+def serve(workers: Workers, tmp_path: Path, dashboards: list[WorkerProcess]) -> Serve:
     """``serve(*options, env=None)``: ``asyncq dashboard`` of the harness app as its own
     process on a free port (``env`` added to its environment); returns its base URL
-    (127.0.0.1) once it answers. Every one is killed at the end."""
-    started: list[WorkerProcess] = []
+    (127.0.0.1) once it answers. Every one is killed at the end (`dashboards`)."""
+    started = dashboards
 
     def start(*options: str, env: dict[str, str] | None = None) -> str:
         port = free_port()
@@ -139,8 +150,4 @@ def serve(workers: Workers, tmp_path: Path) -> Iterator[Serve]:
         wait_until(up, 30, "the dashboard to answer")
         return url
 
-    try:
-        yield start
-    finally:
-        for process in started:
-            process.kill()
+    return start

@@ -166,7 +166,8 @@ def worker_id(db: psycopg.Connection[Any]) -> str:
 
 def bulk(page: Any, action: str, **values: str) -> int:
     """From the jobs list on the page: choose ``action`` for the filtered set, preview it,
-    confirm it; returns the count the preview said would change."""
+    confirm it, and see its audit record end done; returns the count the preview said
+    would change."""
     page.select_option("#bulk-action", action)
     for name, value in values.items():
         page.fill(f"#bulk input[name={name}]", value)
@@ -176,7 +177,13 @@ def bulk(page: Any, action: str, **values: str) -> int:
     changes = int(page.inner_text("#would-change"))
     with page.expect_navigation():
         page.click("#bulk-confirm")
-    assert "the bulk action ran" in page.inner_text(".notice")
+    assert "the bulk action runs" in page.inner_text(".notice")
+
+    def ended() -> bool:
+        page.reload()
+        return page.locator("#audit tr.marked td.audit-state").inner_text() == "done"
+
+    wait_until(ended, 30, f"the {action} to end done")
     marked = page.locator("#audit tr.marked").inner_text()
     assert action in marked and "local" in marked
     return changes

@@ -4,7 +4,9 @@ token, read-only, a form that was never previewed)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from typing import Any
 
 import httpx
@@ -70,6 +72,23 @@ async def preview(
     return shown, confirm
 
 
+async def run(
+    client: httpx.AsyncClient, confirm: dict[str, str], db: psycopg.Connection[Any]
+) -> httpx.Response:
+    """Confirm a bulk action, then wait for the dashboard's task to end it (the answer
+    comes at once, while it runs)."""
+    started = await client.post("/jobs/bulk/run", data=confirm)
+    assert started.status_code == 303, started.text
+    record = int(started.headers["location"].rsplit("record=", 1)[1])
+    deadline = time.monotonic() + 30
+    while db.execute("SELECT state FROM asyncq_audit WHERE id = %s", (record,)).fetchone() == (
+        "running",
+    ):
+        assert time.monotonic() < deadline, f"bulk action {record} still running"
+        await asyncio.sleep(0.02)
+    return started
+
+
 def count(html: str, what: str) -> int:
     found = re.search(rf'id="{what}">(\d+)', html)
     assert found, what
@@ -89,20 +108,23 @@ async def test_a_bulk_requeue_previews_counts_runs_and_is_audited(
     assert all(status(db, i) == "failed" for i in failed)  # a preview changes nothing
     later = job("mail.send", queue="mail", status="failed")  # after the preview: left alone
 
-    done = await client.post("/jobs/bulk/run", data=confirm)
-    assert done.status_code == 303
-    assert done.headers["location"].startswith("/audit?notice=bulk-done&record=")
+    done = await run(client, confirm, db)
+    assert done.headers["location"].startswith("/audit?notice=bulk-started&record=")
     assert [status(db, i) for i in failed] == ["queued"] * 7
     assert status(db, other) == "failed" and status(db, later) == "failed"
     row = db.execute(
-        "SELECT actor, action, filter, detail, rows, matched, at > now() - interval '1 min'"
+        "SELECT actor, action, filter, detail, rows, matched, state, error,"
+        "       at > now() - interval '1 min'"
         " FROM asyncq_audit"
     ).fetchall()
-    assert row == [("local", "requeue", {"queue": "mail", "up_to": other}, None, 7, 7, True)]
+    assert row == [
+        ("local", "requeue", {"queue": "mail", "up_to": other}, None, 7, 7, "done", None, True)
+    ]
     audit = await client.get(done.headers["location"])
-    assert "the bulk action ran" in audit.text
+    assert "the bulk action runs" in audit.text
     assert re.search(r'<tr id="audit-1" class="marked">', audit.text)
     assert "queue=mail, up_to=" in audit.text and ">local<" in audit.text
+    assert '<td class="audit-state state-done">done</td>' in audit.text
 
 
 async def test_bulk_cancel_delete_priority_and_move(
@@ -113,19 +135,19 @@ async def test_bulk_cancel_delete_priority_and_move(
     done = job("t.a", queue="q", status="done")
 
     _, confirm = await preview(client, "priority", queue="q", priority="9")
-    await client.post("/jobs/bulk/run", data=confirm)
+    await run(client, confirm, db)
     assert [prio(db, i) for i in queued] == [9, 9, 9]
     assert prio(db, running) == 0 and prio(db, done) == 0
 
     shown, confirm = await preview(client, "move", queue="q", to_queue="elsewhere")
     assert count(shown.text, "would-change") == 3
-    await client.post("/jobs/bulk/run", data=confirm)
+    await run(client, confirm, db)
     assert [queue_of(db, i) for i in queued] == ["elsewhere"] * 3
     assert queue_of(db, running) == "q" and queue_of(db, done) == "q"
 
     shown, confirm = await preview(client, "cancel", task="t.")
     assert count(shown.text, "would-change") == 4  # 3 queued, 1 running
-    await client.post("/jobs/bulk/run", data=confirm)
+    await run(client, confirm, db)
     assert [status(db, i) for i in queued] == ["cancelled"] * 3
     assert status(db, running) == "running"  # its worker is told, and ends it cancelled
     assert db.execute(
@@ -134,7 +156,7 @@ async def test_bulk_cancel_delete_priority_and_move(
 
     shown, confirm = await preview(client, "delete", task="t.a")
     assert count(shown.text, "would-change") == 4  # 3 cancelled, 1 done
-    await client.post("/jobs/bulk/run", data=confirm)
+    await run(client, confirm, db)
     left = [r[0] for r in db.execute("SELECT id FROM asyncq_jobs ORDER BY id")]
     assert left == [running]
     audited = db.execute("SELECT action, detail, rows FROM asyncq_audit ORDER BY id").fetchall()
@@ -218,7 +240,7 @@ async def test_the_audit_names_who_the_authorize_hook_says(
     job(status="failed")
     async with client_for(create_app(app, authorize=lambda request: "ada@ops")) as client:
         _, confirm = await preview(client, "requeue", status="failed")
-        await client.post("/jobs/bulk/run", data=confirm)
+        await run(client, confirm, db)
         assert ">ada@ops<" in (await client.get("/audit")).text
     assert db.execute("SELECT actor FROM asyncq_audit").fetchall() == [("ada@ops",)]
 
@@ -253,7 +275,7 @@ async def test_the_audit_names_the_logins_user(
     async with client_for(asgi) as client:
         client.auth = httpx.BasicAuth("grace", "s3cret")
         _, confirm = await preview(client, "requeue", status="failed")
-        await client.post("/jobs/bulk/run", data=confirm)
+        await run(client, confirm, db)
     assert db.execute("SELECT actor FROM asyncq_audit").fetchall() == [("grace",)]
 
 
