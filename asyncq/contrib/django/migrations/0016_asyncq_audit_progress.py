@@ -19,5 +19,5 @@ def migrate_asyncq(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     atomic = False  # asyncq's migrations run on connections of their own
-    dependencies: ClassVar[list[tuple[str, str]]] = [("asyncq", "0014_asyncq_fair_groups")]
+    dependencies: ClassVar[list[tuple[str, str]]] = [("asyncq", "0015_asyncq_lighter_plain_path")]
     operations = [migrations.RunPython(migrate_asyncq, migrations.RunPython.noop)]  # noqa: RUF012
