@@ -42,6 +42,8 @@ from asyncq.worker.wakeup import Wakeup
 
 CLAIM_DEADLINE = DEADLINE
 LOOK_DEADLINE = FLOOR  # a look at a claim: a new connection and one round trip
+AGED_EVERY = 1.0  # at most this often, the aged claim before the plain one (less with
+# a shorter --priority-aging)
 
 
 class Hold(Protocol):
@@ -72,6 +74,7 @@ class Producer:
         observer: Observer,
         claim_loops: int = 1,
         limits: ClaimLimits | None = None,
+        priority_aging: float = 0.0,
         completer: Completer | None = None,
         connect: Callable[[], Awaitable[AsyncConnection[Any]]] | None = None,
     ) -> None:
@@ -109,6 +112,13 @@ class Producer:
         # Tasks this worker does not know, found by claiming their jobs: its plain claims
         # skip them, for a worker that knows them (their jobs are given back meanwhile).
         self.skip: set[str] = set()
+        # Priority aging (seconds a level; 0: off): while the plain claims come back full,
+        # lower priorities may be left behind for good; now and then, the aged claim first
+        # takes those that have waited long enough (store.claim_aged). Not with the limited
+        # claim, which has its own order.
+        self.priority_aging = priority_aging
+        self.backed_up = False  # the last claim came back full
+        self.aged_at = 0.0  # the loop's clock at the last aged claim
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
         self.limited_out = 0  # limited tasks' jobs the claims out may take
@@ -191,6 +201,7 @@ class Producer:
                 await tries.failed(exc)
                 continue
             tries.succeeded()
+            self.backed_up = len(jobs) == want
             slots.unclaimed(want - len(jobs))
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
@@ -274,6 +285,10 @@ class Producer:
         with anyio.CancelScope(shield=True):
             async with kept.connection() as conn:
                 sent = asyncio.get_running_loop().time()
+                aged = await self._claim_aged(conn, limit, sent)
+                limit -= len(aged)
+                if not limit:
+                    return aged, sent
                 completer = self.completer
                 plain = completer.take_plain() if completer is not None else None
                 if plain:
@@ -311,4 +326,22 @@ class Producer:
                         lease=self.lease,
                         skip=sorted(self.skip) if self.skip else None,
                     )
-        return jobs, sent
+        return aged + jobs if aged else jobs, sent
+
+    async def _claim_aged(self, conn: Conn, limit: int, now: float) -> list[Job]:
+        """The jobs that aging puts ahead of the plain claim's, if it is time to look."""
+        aging = self.priority_aging
+        if not aging or self.limits is not None or not self.backed_up:
+            return []
+        if now < self.aged_at + min(AGED_EVERY, aging):
+            return []
+        self.aged_at = now
+        return await self.store.claim_aged(
+            conn,
+            worker=self.worker,
+            limit=limit,
+            queues=self.queues,
+            lease=self.lease,
+            aging=aging,
+            skip=sorted(self.skip) if self.skip else None,
+        )
