@@ -112,10 +112,10 @@ class Producer:
         # Tasks this worker does not know, found by claiming their jobs: its plain claims
         # skip them, for a worker that knows them (their jobs are given back meanwhile).
         self.skip: set[str] = set()
-        # Priority aging (seconds a level; 0: off): while the plain claims come back full,
-        # lower priorities may be left behind for good; now and then, the aged claim first
-        # takes those that have waited long enough (store.claim_aged). Not with the limited
-        # claim, which has its own order.
+        # Priority aging (seconds a level; 0: off): while the claims come back full, lower
+        # priorities may be left behind for good; now and then, the aged claim first takes
+        # those that have waited long enough (store.claim_aged). Not limited or fair
+        # tasks' jobs: the aged claim knows no limits and no turns.
         self.priority_aging = priority_aging
         self.backed_up = False  # the last claim came back full
         self.aged_at = 0.0  # the loop's clock at the last aged claim
@@ -315,7 +315,7 @@ class Producer:
                         queues=self.queues,
                         lease=self.lease,
                         limits=self.limits,
-                        limited=limited,
+                        limited=min(limited, limit),
                     )
                 else:
                     jobs = await self.store.claim(
@@ -331,7 +331,7 @@ class Producer:
     async def _claim_aged(self, conn: Conn, limit: int, now: float) -> list[Job]:
         """The jobs that aging puts ahead of the plain claim's, if it is time to look."""
         aging = self.priority_aging
-        if not aging or self.limits is not None or not self.backed_up:
+        if not aging or not self.backed_up:
             return []
         if now < self.aged_at + min(AGED_EVERY, aging):
             return []
@@ -343,5 +343,5 @@ class Producer:
             queues=self.queues,
             lease=self.lease,
             aging=aging,
-            skip=sorted(self.skip) if self.skip else None,
+            skip=sorted(self.skip | self.limited_names) or None,
         )
