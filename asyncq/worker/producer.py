@@ -15,6 +15,10 @@ milliseconds and has no answer after two seconds is looked at, on a new connecti
 that hung, say), it is cut then and claimed again, on another connection; if it is,
 it has its whole deadline. A claim cut after its commit would leave its jobs to their
 lease: only a claim the server no longer runs is cut early.
+
+With priority aging on, while the claims come back full (work is being left behind),
+a claim now and then first takes the jobs whose priority has aged past the top one's
+(`Store.claim_aged`), and the plain or limited claim the rest of the batch.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from asyncq.worker.wakeup import Wakeup
 
 CLAIM_DEADLINE = DEADLINE
 LOOK_DEADLINE = FLOOR  # a look at a claim: a new connection and one round trip
-AGED_EVERY = 1.0  # at most this often, the aged claim before the plain one (less with
-# a shorter --priority-aging)
+# With priority aging, the aged claim goes before the plain one at most this often (or
+# every --priority-aging seconds, if that is shorter).
+AGED_EVERY = 1.0
 
 
 class Hold(Protocol):
