@@ -438,6 +438,33 @@ class Store:
             return [], written
         return [_new_job(Job, row[1:]) for row in rows], written
 
+    async def claim_aged(
+        self,
+        conn: Conn,
+        *,
+        worker: str,
+        limit: int,
+        queues: Sequence[str] | None,
+        lease: timedelta,
+        aging: float,
+        skip: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """Claim the ready jobs whose priority, raised one level for every ``aging`` seconds
+        they have been due, is above the oldest job of the top priority's (none if no job
+        is): at most ``limit``, of a lower priority than that job."""
+        params: dict[str, Any] = {
+            "worker": worker,
+            "limit": limit,
+            "lease": lease,
+            "aging": aging,
+            "queues": list(queues) if queues else None,
+            "skip": list(skip) if skip else None,
+        }
+        async with conn.transaction():
+            await conn.execute("SET LOCAL jit = off")
+            cur = await conn.execute(self.q["claim_aged"], params)
+            return [_new_job(Job, row) for row in await cur.fetchall()]
+
     async def claim_limited(
         self,
         conn: Conn,

@@ -170,6 +170,70 @@ SELECT w.written, c.*
   LEFT JOIN asyncq_claim(%(worker)s::text, %(limit)s::int, %(lease)s::interval,
                          %(queues)s::text[], %(skip)s::text[]) AS c ON true
 
+-- name: claim_aged
+-- Priority aging (the worker's --priority-aging, %(aging)s seconds a level): a queued
+-- job's effective priority is its priority plus one for every %(aging)s seconds it has
+-- been due, read from run_at (no waiting row is ever written). Within a priority the
+-- oldest job is the most aged, so the candidates are the first %(limit)s ready jobs of
+-- each priority, found by a skip scan of asyncq_jobs_ready (one look-up per distinct
+-- priority; BETWEEN, not =, so that the index gives the order). This claims those of a
+-- lower priority whose effective priority is above that of the top priority's oldest
+-- job (the one the plain claim takes first), best first; nothing when none is. The
+-- plain claims stay as they are: a worker with aging on runs this now and then while
+-- its claims come back full (the producer), in a transaction with jit off (the
+-- planner's estimate of the skip scan would compile it, for ten times its run time).
+WITH RECURSIVE levels AS (
+    (SELECT j.priority FROM asyncq_jobs j
+      WHERE j.status = 'queued'
+      ORDER BY j.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM asyncq_jobs j
+             WHERE j.status = 'queued' AND j.priority < l.priority
+             ORDER BY j.priority DESC LIMIT 1)
+      FROM levels l
+     WHERE l.priority IS NOT NULL
+), heads AS MATERIALIZED (
+    SELECT h.id, h.priority, h.run_at,
+           h.priority + extract(epoch FROM now() - h.run_at) / %(aging)s AS effective
+      FROM levels l
+     CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at FROM asyncq_jobs j
+             WHERE j.status = 'queued' AND j.priority BETWEEN l.priority AND l.priority
+               AND j.run_at <= now()
+               AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+               AND (%(skip)s::text[] IS NULL OR j.task_name <> ALL(%(skip)s::text[]))
+               AND j.queue <> ALL(ARRAY(SELECT q.name FROM asyncq_queues q
+                                         WHERE q.paused_at IS NOT NULL))
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT %(limit)s) AS h
+     WHERE l.priority IS NOT NULL
+), top AS (
+    SELECT h.priority, h.effective FROM heads h
+     ORDER BY h.priority DESC, h.run_at, h.id LIMIT 1
+), aged AS MATERIALIZED (
+    SELECT h.id FROM heads h
+      JOIN top t ON h.priority < t.priority AND h.effective > t.effective
+     ORDER BY h.effective DESC, h.id
+     LIMIT %(limit)s
+), next AS MATERIALIZED (
+    SELECT j.id FROM asyncq_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT a.id FROM aged a)) AND j.status = 'queued'
+       FOR NO KEY UPDATE SKIP LOCKED
+), clock AS MATERIALIZED (SELECT clock_timestamp() AS now), claimed AS (
+    UPDATE asyncq_jobs AS j
+       SET status = 'running', attempts = j.attempts + 1, claims = j.claims + 1,
+           locked_by = %(worker)s::text, locked_at = clock.now, lease = %(lease)s::interval,
+           expires_at = clock.now + %(lease)s::interval, started_at = clock.now
+      FROM clock
+     WHERE j.id = ANY(ARRAY(SELECT n.id FROM next n))
+    RETURNING j.id, j.task_name, j.queue, j.args::text, j.attempts, j.max_attempts,
+              j.claims, j.scheduled_at, j.trace_context::text, j.priority, j.run_at
+)
+SELECT c.id, c.task_name, c.queue, c.args, c.attempts, c.max_attempts, c.claims,
+       c.scheduled_at, c.trace_context
+  FROM claimed c
+ ORDER BY c.priority + extract(epoch FROM now() - c.run_at) / %(aging)s DESC, c.id
+
 -- name: claim_limited
 -- The claim of a worker whose App has limited tasks: migration 0007 holds it, and says
 -- how it works; of the jobs it claims, at most %(limited)s are limited tasks' (migration

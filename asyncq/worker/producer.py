@@ -15,6 +15,10 @@ milliseconds and has no answer after two seconds is looked at, on a new connecti
 that hung, say), it is cut then and claimed again, on another connection; if it is,
 it has its whole deadline. A claim cut after its commit would leave its jobs to their
 lease: only a claim the server no longer runs is cut early.
+
+With priority aging on, while the claims come back full (work is being left behind),
+a claim now and then first takes the jobs whose priority has aged past the top one's
+(`Store.claim_aged`), and the plain or limited claim the rest of the batch.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from asyncq.worker.wakeup import Wakeup
 
 CLAIM_DEADLINE = DEADLINE
 LOOK_DEADLINE = FLOOR  # a look at a claim: a new connection and one round trip
+# With priority aging, the aged claim goes before the plain one at most this often (or
+# every --priority-aging seconds, if that is shorter).
+AGED_EVERY = 1.0
 
 
 class Hold(Protocol):
@@ -72,6 +79,7 @@ class Producer:
         observer: Observer,
         claim_loops: int = 1,
         limits: ClaimLimits | None = None,
+        priority_aging: float = 0.0,
         completer: Completer | None = None,
         connect: Callable[[], Awaitable[AsyncConnection[Any]]] | None = None,
     ) -> None:
@@ -109,6 +117,13 @@ class Producer:
         # Tasks this worker does not know, found by claiming their jobs: its plain claims
         # skip them, for a worker that knows them (their jobs are given back meanwhile).
         self.skip: set[str] = set()
+        # Priority aging (seconds a level; 0: off): while the claims come back full, lower
+        # priorities may be left behind for good; now and then, the aged claim first takes
+        # those that have waited long enough (store.claim_aged). Not limited or fair
+        # tasks' jobs: the aged claim knows no limits and no turns.
+        self.priority_aging = priority_aging
+        self.backed_up = False  # the last claim came back full
+        self.aged_at = 0.0  # the loop's clock at the last aged claim
         self.claiming = 0  # claim loops whose claim is out or goes out at once
         self.taken_out = 0  # slots taken by the claims out
         self.limited_out = 0  # limited tasks' jobs the claims out may take
@@ -191,6 +206,7 @@ class Producer:
                 await tries.failed(exc)
                 continue
             tries.succeeded()
+            self.backed_up = len(jobs) == want
             slots.unclaimed(want - len(jobs))
             if jobs:
                 self.observer.claimed(jobs, anyio.current_time() - began)
@@ -274,6 +290,10 @@ class Producer:
         with anyio.CancelScope(shield=True):
             async with kept.connection() as conn:
                 sent = asyncio.get_running_loop().time()
+                aged = await self._claim_aged(conn, limit, sent)
+                limit -= len(aged)
+                if not limit:
+                    return aged, sent
                 completer = self.completer
                 plain = completer.take_plain() if completer is not None else None
                 if plain:
@@ -300,7 +320,7 @@ class Producer:
                         queues=self.queues,
                         lease=self.lease,
                         limits=self.limits,
-                        limited=limited,
+                        limited=min(limited, limit),
                     )
                 else:
                     jobs = await self.store.claim(
@@ -311,4 +331,22 @@ class Producer:
                         lease=self.lease,
                         skip=sorted(self.skip) if self.skip else None,
                     )
-        return jobs, sent
+        return aged + jobs if aged else jobs, sent
+
+    async def _claim_aged(self, conn: Conn, limit: int, now: float) -> list[Job]:
+        """The jobs that aging puts ahead of the plain claim's, if it is time to look."""
+        aging = self.priority_aging
+        if not aging or not self.backed_up:
+            return []
+        if now < self.aged_at + min(AGED_EVERY, aging):
+            return []
+        self.aged_at = now
+        return await self.store.claim_aged(
+            conn,
+            worker=self.worker,
+            limit=limit,
+            queues=self.queues,
+            lease=self.lease,
+            aging=aging,
+            skip=sorted(self.skip | self.limited_names) or None,
+        )

@@ -206,6 +206,14 @@ class WorkerSettings:
         " count) for a worker that knows it; it fails once no worker has taken it this long"
         " after the first gave it back",
     )
+    priority_aging: float = option(
+        5.0,
+        _seconds(0, DAY),
+        "--priority-aging",
+        metavar="SECONDS",
+        help="a queued job's priority rises one level for every this long it waits, so that"
+        " a stream of higher priorities never starves it; 0 turns it off",
+    )
     listener_health_interval: float = option(
         10.0,
         _seconds(0.1, DAY),
@@ -288,6 +296,7 @@ class WorkerOptions(TypedDict, total=False):
     grace: float
     poll_interval: float
     unknown_task_grace: float
+    priority_aging: float
     listener_health_interval: float
     listener_health_timeout: float
     metrics_port: int | None

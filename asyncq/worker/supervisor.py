@@ -234,6 +234,7 @@ class Worker:
             observer=observer,
             claim_loops=loops,
             limits=self.limits,
+            priority_aging=settings.priority_aging,
             completer=completer,
             connect=self._connect_for_a_look,
         )

@@ -21,6 +21,9 @@ APP = "tests.harness.limits_app:app"
 CAPPED_AT = 3
 GROUP_CAP = 2
 RATE = 10  # per second
+TENANT_CAP = 4  # group_concurrency of `tenant` in code
+METERED_RATE = 20  # per second, of `metered` in code
+METERED_QUEUE = "metered"
 
 
 @app.task(concurrency=CAPPED_AT)
@@ -50,6 +53,19 @@ async def single(ms: int) -> None:
     record("end")
 
 
+@app.task(group_concurrency=TENANT_CAP)
+async def tenant(ms: int) -> None:
+    record("start")
+    await asyncio.sleep(ms / 1000)
+    record("end")
+
+
+@app.task(rate_limit=f"{METERED_RATE}/s", queue=METERED_QUEUE)
+async def metered(n: int) -> None:
+    record("start")
+    record("end")
+
+
 @app.task
 async def free(ms: int) -> None:
     record("start")
@@ -62,3 +78,5 @@ GROUPED = grouped.name
 RATED = rated.name
 FREE = free.name
 SINGLE = single.name
+TENANT = tenant.name
+METERED = metered.name

@@ -38,7 +38,7 @@ def copy_site(site: Path) -> None:
     shutil.copytree(ROOT / "docs", site / "docs")
     shutil.copytree(ROOT / "asyncq", site / "asyncq")
     (site / "benchmarks").mkdir()
-    for name in ("README.md", "full-run.json", "throughput.png", "shape.png"):
+    for name in ("README.md", "full-run.json", "throughput.png", "shape.png", "fair_shares.png"):
         shutil.copy(ROOT / "benchmarks" / name, site / "benchmarks")
 
 
