@@ -21,7 +21,7 @@ from asyncq.codec import validate_name
 from asyncq.display import age
 from asyncq.display import since as since_then
 from asyncq.errors import JobNotFound
-from asyncq.job import Status
+from asyncq.job import PRIORITY_AGING, Status
 from asyncq.limits import SOURCE_NAMES, Override, TaskLimits, with_overrides
 from asyncq.schedule import Cron, Schedule
 from asyncq.store import Conn, Store, SyncConn
@@ -502,7 +502,9 @@ class JobDetail:
     first `SHOWN` recorded, of ``steps_total``), ``step_names`` (each once, in the order
     first recorded: what a retry can start from), ``parent`` (the job that spawned it),
     ``children``, ``after`` and, while it waits, ``waiting_for`` (`job_sync` leaves these
-    empty)."""
+    empty). ``effective_priority``: for a queued job that is due, its priority risen one
+    level for every ``priority_aging`` seconds it has been due (what a worker's
+    ``--priority-aging`` claims it by); None otherwise."""
 
     id: int
     task_name: str
@@ -538,6 +540,7 @@ class JobDetail:
     children: Children = field(default_factory=Children)
     after: After | None = None
     waiting_for: WaitingFor | None = None
+    effective_priority: int | None = None
 
 
 # The columns of the job_detail statement: the fields without a default.
@@ -705,11 +708,14 @@ async def count_jobs(
     return Count(at_most, more=True) if n > at_most else Count(n)
 
 
-async def job(conn: Conn, store: Store, job_id: int) -> JobDetail | None:
+async def job(
+    conn: Conn, store: Store, job_id: int, *, priority_aging: float = PRIORITY_AGING
+) -> JobDetail | None:
     """One job in full, with its steps, children, dependencies and waits; None when
-    there is no such job."""
+    there is no such job. ``priority_aging``: the workers' ``--priority-aging``, for the
+    job's effective priority."""
     [wanted] = job_ids([job_id])
-    found = _detail(await store.job_detail(conn, job_id=wanted))
+    found = _detail(await store.job_detail(conn, job_id=wanted), priority_aging)
     if found is None:
         return None
     work = await store.job_workflow(conn, job_id=wanted, limit=SHOWN)
@@ -720,10 +726,10 @@ def job_sync(conn: SyncConn, store: Store, job_id: int) -> JobDetail | None:
     """`job` on a synchronous connection (the Django backend's, `asyncq.contrib.django`),
     without the job's steps, children, dependencies and waits."""
     [wanted] = job_ids([job_id])
-    return _detail(store.job_detail_sync(conn, job_id=wanted))
+    return _detail(store.job_detail_sync(conn, job_id=wanted), PRIORITY_AGING)
 
 
-def _detail(row: tuple[Any, ...] | None) -> JobDetail | None:
+def _detail(row: tuple[Any, ...] | None, priority_aging: float) -> JobDetail | None:
     if row is None:
         return None
     columns = len(_DETAIL_COLUMNS)
@@ -761,7 +767,20 @@ def _detail(row: tuple[Any, ...] | None) -> JobDetail | None:
         attempts=attempts,
         attempts_dropped=int(history.get("dropped", 0)),
         progress=progress,
+        effective_priority=effective_priority(
+            status, values["priority"], values["run_at"], now, priority_aging
+        ),
     )
+
+
+def effective_priority(
+    status: str, priority: int, run_at: datetime | None, now: datetime, aging: float
+) -> int | None:
+    """A queued job's priority risen one level for every ``aging`` seconds it has been
+    due; None for a job that is not queued and due, or with aging off (0)."""
+    if status != Status.QUEUED or run_at is None or run_at > now or aging <= 0:
+        return None
+    return priority + int((now - run_at).total_seconds() // aging)
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:

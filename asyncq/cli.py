@@ -23,6 +23,7 @@ from asyncq import admin, display, pools
 from asyncq.admin import NOT_FOUND, ScheduleInfo
 from asyncq.app import App
 from asyncq.errors import AsyncqError, ConfigurationError, SchemaNotMigrated
+from asyncq.job import PRIORITY_AGING
 from asyncq.logs import JsonFormatter
 from asyncq.worker import settings as worker_settings
 
@@ -252,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("app", metavar="MODULE:APP", help="where the asyncq.App lives")
     job.add_argument("id", type=_id_or_app, metavar="ID", help="the job's id")
     job.add_argument("--json", action="store_true", help="print one JSON object")
+    job.add_argument(
+        "--priority-aging",
+        type=float,
+        default=PRIORITY_AGING,
+        metavar="SECONDS",
+        help="the workers' --priority-aging, for a queued job's effective priority"
+        f" (default {PRIORITY_AGING:g}; 0: aging is off)",
+    )
 
     workers = commands.add_parser(
         "workers",
@@ -679,7 +688,7 @@ async def _jobs(app: App, args: argparse.Namespace) -> None:
 
 async def _job(app: App, args: argparse.Namespace) -> None:
     async with app, pools.connection(app.pool) as conn:
-        found = await admin.job(conn, app.store, args.id)
+        found = await admin.job(conn, app.store, args.id, priority_aging=args.priority_aging)
     if found is None:
         print(f"job {args.id}: not found", file=sys.stderr)
         raise _Refused()

@@ -52,6 +52,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# A queued job's priority rises one level for every this many seconds it has been due
+# (the worker's --priority-aging; 0 turns aging off).
+PRIORITY_AGING = 5.0
+
+
 class Status(enum.StrEnum):
     """A job's state, the ``status`` column of ``asyncq_jobs``: ``queued``, ``running``,
     ``waiting``, ``done``, ``failed`` or ``cancelled``."""

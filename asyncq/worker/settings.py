@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from asyncq.codec import validate_name
 from asyncq.errors import ConfigurationError
+from asyncq.job import PRIORITY_AGING
 
 # A job handed back at shutdown does not count its attempt this many times; after that,
 # each hand-back counts (docs/explanation/workers.md, "Signals and grace").
@@ -207,7 +208,7 @@ class WorkerSettings:
         " after the first gave it back",
     )
     priority_aging: float = option(
-        5.0,
+        PRIORITY_AGING,
         _seconds(0, DAY),
         "--priority-aging",
         metavar="SECONDS",

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import asyncq
+from asyncq import admin
 from tests.harness.jobs import insert_jobs
 
 pytestmark = pytest.mark.anyio
@@ -74,3 +75,23 @@ async def test_queues_paused_queues_and_skipped_tasks(app: asyncq.App, db: Db, a
     assert await app.resume("b")
     assert await claim(app, aconn, queues=["b"]) == [in_b]
     assert await claim(app, aconn, queues=["a"]) == [skipped]
+
+
+async def test_asyncq_job_shows_the_effective_priority_the_aged_claim_orders_by(
+    app: asyncq.App, db: Db, aconn: Any
+) -> None:
+    insert_jobs(db, "t", [{}], priority=10)
+    aged = due_ago(db, "t", 0, 62)  # 0 + 62 // 5 = 12: above the top's 10
+    young = due_ago(db, "t", 0, 9)  # 1
+
+    async def effective(job_id: int, **aging: float) -> int | None:
+        found = await admin.job(aconn, app.store, job_id, **aging)
+        assert found is not None
+        return found.effective_priority
+
+    assert await effective(aged) == 12
+    assert await effective(aged, priority_aging=0) is None
+    assert await effective(young) == 1
+
+    assert await claim(app, aconn) == [aged]
+    assert await effective(aged) is None  # only while queued
