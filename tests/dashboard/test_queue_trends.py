@@ -5,6 +5,8 @@ from the jobs' own times; and no number on the page contradicts another."""
 from __future__ import annotations
 
 import re
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -19,16 +21,21 @@ needs_the_extra()
 pytestmark = pytest.mark.anyio
 
 
+AT = "(date_trunc('minute', now()) + interval '50 seconds')"
+
+
 def write(db: psycopg.Connection[Any], queue: str, status: str, **ago: float | None) -> None:
-    """A job of ``queue`` whose times are so many minutes ago (negative: to come)."""
+    """A job of ``queue`` whose times are so many minutes before the 50th second of the
+    clock minute now in (negative: after it): the minute a time falls in does not hang on
+    when the test runs."""
     times = {k: ago.get(k) for k in ("run_at", "started_at", "finished_at")}
     db.execute(
         "INSERT INTO asyncq_jobs (task_name, queue, status, run_at, started_at, finished_at,"
         "                         expires_at)"
         " VALUES ('t', %s, %s,"
-        "         now() - make_interval(secs => %s * 60),"
-        "         now() - make_interval(secs => %s * 60),"
-        "         now() - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
         "         CASE WHEN %s = 'running' THEN now() + interval '1 minute' END)",
         (queue, status, times["run_at"] or 0.0, times["started_at"], times["finished_at"], status),
     )
@@ -36,6 +43,10 @@ def write(db: psycopg.Connection[Any], queue: str, status: str, **ago: float | N
 
 @pytest.fixture
 def known(db: psycopg.Connection[Any]) -> None:
+    # The jobs written and the history read within one clock minute.
+    second = datetime.now(UTC).second
+    if second >= 55:
+        time.sleep(61 - second)
     # mail: three jobs done 10, 20 and 30 minutes ago, each due 40 s (2/3 minute) before it
     # started; one done two hours ago (not in the last hour); two ready for the last five
     # minutes and one due in ten.
