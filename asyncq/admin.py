@@ -950,9 +950,9 @@ class QueueHistory:
     ``started``, the jobs claimed in them, with ``wait_avg`` and ``wait_max``, their waits
     in seconds from due (``run_at``) to start (None: none claimed). Read from the queue
     samples the workers write each minute (asyncq_queue_samples), which outlive the jobs
-    pruned, and from the jobs' own times for the last hour's minutes no sample counted
-    whole (there a job retried counts from its latest due time, and one deleted only if a
-    sample saw it); older minutes without a sample count nothing."""
+    pruned, and from the jobs' own times from the oldest minute of the last hour no
+    sample counted whole (there a job retried counts from its latest due time, and one
+    deleted only if a sample saw it); older minutes without a sample count nothing."""
 
     name: str
     minutes: int
@@ -977,14 +977,22 @@ async def queue_history(
         raise ValueError(f"minutes is a whole number from 1 to {HISTORY_LONGEST}, not {minutes!r}")
     if isinstance(per, bool) or not isinstance(per, int) or per < 1 or minutes % per:
         raise ValueError(f"per is a whole number that divides {minutes}, not {per!r}")
-    recent = min(minutes, RECENT_MINUTES)
-    offset = minutes - recent
-    rows: dict[str, dict[int, tuple[Any, ...]]] = {}
-    for queue, slot, *counts in await store.queue_history(conn, minutes=recent):
-        rows.setdefault(queue, {})[offset + slot] = tuple(counts)
     samples: dict[str, dict[int, tuple[Any, ...]]] = {}
     for queue, slot, *values in await store.queue_samples(conn, minutes=minutes):
         samples.setdefault(queue, {})[slot] = tuple(values)
+    # The job rows from the oldest minute of the last hour that no sample counted whole:
+    # with the samplers running, the last minute or two (a sample counts every queue
+    # with jobs; a queue's rows all deleted before it counted them are lost either way).
+    whole = {slot for by_slot in samples.values() for slot, v in by_slot.items() if v[0]}
+    recent = next(
+        (minutes - i for i in range(max(0, minutes - RECENT_MINUTES), minutes) if i not in whole),
+        0,
+    )
+    offset = minutes - recent
+    rows: dict[str, dict[int, tuple[Any, ...]]] = {}
+    if recent:
+        for queue, slot, *counts in await store.queue_history(conn, minutes=recent):
+            rows.setdefault(queue, {})[offset + slot] = tuple(counts)
     found = {}
     for name in sorted(rows.keys() | samples.keys()):
         by_row, by_sample = rows.get(name, {}), samples.get(name, {})

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import psycopg
 import pytest
@@ -83,6 +84,39 @@ async def test_a_queues_history_minute_by_minute(app: asyncq.App, known: None) -
     assert reports.depth[-6:] == [0, 0, 1, 1, 0, 0]
     assert reports.wait_max[-2] == pytest.approx(120.0, abs=0.5)
     assert overview["reports"].ready == 0 and overview["reports"].running == 1
+
+
+async def test_the_minutes_samples_counted_whole_come_from_them_the_rest_from_the_jobs(
+    app: asyncq.App, db: psycopg.Connection[Any]
+) -> None:
+    if datetime.now(UTC).second >= 55:  # written and read within one clock minute
+        await anyio.sleep(6)
+    # Samples of each minute of the last hour but the one now in, counted after it ended;
+    # and the jobs of the minute now in: one done, two ready.
+    db.execute(
+        "INSERT INTO asyncq_queue_samples"
+        "       (queue, minute, depth, running, done, started, wait_sum, wait_max, sampled_at)"
+        " SELECT 'mail', date_trunc('minute', now()) - make_interval(mins => m), 4, 0, 2, 2,"
+        "        3.0, 2.0, date_trunc('minute', now()) - make_interval(mins => m - 1)"
+        "   FROM generate_series(1, 59) AS m"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, queue, status, run_at, started_at, finished_at)"
+        " VALUES ('t', 'mail', 'done', now(), now(), now()),"
+        "        ('t', 'mail', 'queued', now(), NULL, NULL),"
+        "        ('t', 'mail', 'queued', now(), NULL, NULL)"
+    )
+    async with app.pool.connection() as conn:
+        mail = (await admin.queue_history(conn, app.store, minutes=60))["mail"]
+        day = (await admin.queue_history(conn, app.store, minutes=1440, per=15))["mail"]
+    assert mail.done == [2] * 59 + [1]
+    assert mail.depth == [4] * 59 + [2]
+    assert mail.wait_max == [2.0] * 59 + [0.0]
+    assert mail.wait_avg[:59] == [1.5] * 59
+    # A day in quarters: the samples' last hour is in the last four, the rest unknown.
+    assert sum(day.done) == 2 * 59 + 1
+    assert day.depth[:-5] == [None] * 91 and day.depth[-1] == 2
+    assert day.done[-4:-1] == [30, 30, 30]
 
 
 async def test_the_queues_page_shows_each_queues_trends_and_counts_that_agree(
