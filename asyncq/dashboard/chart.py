@@ -72,7 +72,7 @@ def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minu
     return Chart(width=WIDTH, height=HEIGHT, bars=bars, peak=peak, labels=labels)
 
 
-# -- a queue over a window: three small line charts -------------------------------
+# -- a queue over a window: three small line charts ------------------------------------
 
 SPARK_WIDTH = 180
 SPARK_HEIGHT = 36
