@@ -955,21 +955,28 @@ async def queues(conn: Conn, store: Store) -> list[QueueOverview]:
 
 
 HISTORY_MINUTES = 60
+HISTORY_LONGEST = 7 * 24 * 60
+# The minutes read from the jobs' own rows where no sample counted them whole (samples
+# alone beyond: the rows of a longer window would be a scan of days of done jobs).
+RECENT_MINUTES = 60
 
 
 @dataclass(frozen=True, slots=True)
 class QueueHistory:
-    """A queue over the last ``minutes``, a value per minute counted back from now (the
-    first the oldest, the last ending now): ``depth``, its ready jobs (due, not claimed)
-    at the end of each minute; ``done``, the jobs done in it (they add up to the
-    overview's done in the last hour); ``started``, the jobs claimed in it, with
-    ``wait_avg`` and ``wait_max``, their waits in seconds from due (``run_at``) to start
-    (None: none claimed). Read from the jobs' own times: a job retried counts from its
-    latest due time, and jobs deleted are not there."""
+    """A queue over the last ``minutes`` clock minutes (the last the minute now in), a
+    value per ``per`` minutes, the first the oldest: ``depth``, its ready jobs (due, not
+    claimed) at the end of them (None: not known); ``done``, the jobs done in them;
+    ``started``, the jobs claimed in them, with ``wait_avg`` and ``wait_max``, their waits
+    in seconds from due (``run_at``) to start (None: none claimed). Read from the queue
+    samples the workers write each minute (asyncq_queue_samples), which outlive the jobs
+    pruned, and from the jobs' own times from the oldest minute of the last hour no
+    sample counted whole (there a job retried counts from its latest due time, and one
+    deleted only if a sample saw it); older minutes without a sample count nothing."""
 
     name: str
     minutes: int
-    depth: list[int]
+    per: int
+    depth: list[int | None]
     done: list[int]
     started: list[int]
     wait_avg: list[float | None]
@@ -977,30 +984,93 @@ class QueueHistory:
 
 
 async def queue_history(
-    conn: Conn, store: Store, *, minutes: int = HISTORY_MINUTES
+    conn: Conn, store: Store, *, minutes: int = HISTORY_MINUTES, per: int = 1
 ) -> dict[str, QueueHistory]:
-    """Each queue with jobs in the last ``minutes`` (or ready now), by name."""
-    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
-        raise ValueError(f"minutes is a whole number from 1 to 1440, not {minutes!r}")
-    slots: dict[str, dict[int, tuple[Any, ...]]] = {}
-    for queue, slot, *counts in await store.queue_history(conn, minutes=minutes):
-        slots.setdefault(queue, {})[slot] = tuple(counts)
+    """Each queue with jobs or samples in the last ``minutes`` (or ready now), by name,
+    a value for every ``per`` minutes (a divisor of ``minutes``)."""
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int)
+        or not 1 <= minutes <= HISTORY_LONGEST
+    ):
+        raise ValueError(f"minutes is a whole number from 1 to {HISTORY_LONGEST}, not {minutes!r}")
+    if isinstance(per, bool) or not isinstance(per, int) or per < 1 or minutes % per:
+        raise ValueError(f"per is a whole number that divides {minutes}, not {per!r}")
+    samples: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for queue, slot, *values in await store.queue_samples(conn, minutes=minutes):
+        samples.setdefault(queue, {})[slot] = tuple(values)
+    # The job rows from the oldest minute of the last hour that no sample counted whole:
+    # with the samplers running, the last minute or two (a sample counts every queue
+    # with jobs; a queue's rows all deleted before it counted them are lost either way).
+    whole = {slot for by_slot in samples.values() for slot, v in by_slot.items() if v[0]}
+    recent = next(
+        (minutes - i for i in range(max(0, minutes - RECENT_MINUTES), minutes) if i not in whole),
+        0,
+    )
+    offset = minutes - recent
+    rows: dict[str, dict[int, tuple[Any, ...]]] = {}
+    if recent:
+        for queue, slot, *counts in await store.queue_history(conn, minutes=recent):
+            rows.setdefault(queue, {})[offset + slot] = tuple(counts)
     found = {}
-    for name, by_slot in slots.items():
-        depth, done, started, avg, longest = [], [], [], [], []
+    for name in sorted(rows.keys() | samples.keys()):
+        by_row, by_sample = rows.get(name, {}), samples.get(name, {})
+        depth: list[int | None] = []
+        done, started, wait_sum, longest = [], [], [], []
         ready = 0
         for i in range(minutes):
-            arrived, departed, ended, claimed, waited, wait_max = by_slot.get(
+            arrived, departed, ended, claimed, waited, wait_max = by_row.get(
                 i, (0, 0, 0, 0, 0.0, None)
             )
             ready += arrived - departed
-            depth.append(ready)
+            sample = by_sample.get(i)
+            if sample is None:
+                depth.append(ready if i >= offset else None)
+            elif sample[0] or i < offset:  # counted whole
+                _, sampled_depth, ended, claimed, waited, wait_max = sample
+                depth.append(ready if sampled_depth is None and i >= offset else sampled_depth)
+            else:
+                # A minute still being counted: the jobs of its rows, or those its samples
+                # saw, whichever are more (the samples keep those pruned since).
+                _, _, sampled_done, sampled_claimed, sampled_wait, sampled_max = sample
+                depth.append(ready)
+                ended = max(ended, sampled_done)
+                if sampled_claimed > claimed:
+                    claimed, waited = sampled_claimed, sampled_wait
+                wait_max = max((w for w in (wait_max, sampled_max) if w is not None), default=None)
             done.append(ended)
             started.append(claimed)
-            avg.append(waited / claimed if claimed else None)
+            wait_sum.append(waited)
             longest.append(wait_max)
-        found[name] = QueueHistory(name, minutes, depth, done, started, avg, longest)
+        found[name] = _per(name, minutes, per, depth, done, started, wait_sum, longest)
     return found
+
+
+def _per(
+    name: str,
+    minutes: int,
+    per: int,
+    depth: list[int | None],
+    done: list[int],
+    started: list[int],
+    wait_sum: list[float],
+    wait_max: list[float | None],
+) -> QueueHistory:
+    """The minutes' values taken ``per`` minutes at a time."""
+    spans = [slice(i, i + per) for i in range(0, minutes, per)]
+    ends = [[d for d in depth[s] if d is not None] for s in spans]
+    claimed = [sum(started[s]) for s in spans]
+    waits = [[w for w in wait_max[s] if w is not None] for s in spans]
+    return QueueHistory(
+        name=name,
+        minutes=minutes,
+        per=per,
+        depth=[e[-1] if e else None for e in ends],
+        done=[sum(done[s]) for s in spans],
+        started=claimed,
+        wait_avg=[sum(wait_sum[s]) / n if n else None for s, n in zip(spans, claimed, strict=True)],
+        wait_max=[max(w) if w else None for w in waits],
+    )
 
 
 async def stats(

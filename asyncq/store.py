@@ -1054,6 +1054,22 @@ class Store:
         return await (await conn.execute(self.q["queue_history"], {"minutes": minutes})).fetchall()
 
     @_translating
+    async def queue_samples(self, conn: Conn, *, minutes: int) -> list[tuple[Any, ...]]:
+        return await (await conn.execute(self.q["queue_samples"], {"minutes": minutes})).fetchall()
+
+    @_translating
+    async def write_queue_samples(
+        self, conn: Conn, *, queues: list[str], depth: list[int], running: list[int]
+    ) -> None:
+        params = {"queues": queues, "depth": depth, "running": running}
+        await conn.execute(self.q["write_queue_samples"], params)
+
+    @_translating
+    async def prune_queue_samples(self, conn: Conn, *, retention: timedelta) -> int:
+        cur = await conn.execute(self.q["prune_queue_samples"], {"retention": retention})
+        return cur.rowcount
+
+    @_translating
     async def read_snapshot(self, conn: Conn) -> None:
         await conn.execute(self.q["read_snapshot"])
 

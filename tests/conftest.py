@@ -82,6 +82,7 @@ def dsn(session_dsn: str) -> str:
             "TRUNCATE asyncq_jobs, asyncq_queues, asyncq_schedules, asyncq_schedule_runs,"
             " asyncq_rate_starts, asyncq_result_listeners, asyncq_steps, asyncq_waits,"
             " asyncq_events, asyncq_workers, asyncq_audit, asyncq_limits, asyncq_fair_tasks,"
+            " asyncq_queue_samples,"
             " asyncq_group_turns RESTART IDENTITY"
         )
     return session_dsn

@@ -30,6 +30,8 @@ from asyncq.dashboard.login import Login
 from asyncq.errors import JobNotFound, PreparedStatementsRefused, SchemaNotMigrated
 
 CHART_MINUTES = 60
+# The windows the queues page offers for each queue's trends: minutes, and minutes a point.
+WINDOWS = {"1h": (60, 1), "24h": (24 * 60, 15), "7d": (7 * 24 * 60, 60)}
 MAX_FORM_BYTES = 16384  # a bulk action's form carries its filter
 
 NOTICES = {
@@ -136,17 +138,24 @@ class Dashboard:
         return response
 
     async def queues_page(self, request: Request) -> Response:
+        window = request.query_params.get("window", "1h")
+        if window not in WINDOWS:
+            window = "1h"
+        minutes, per = WINDOWS[window]
         async with pools.connection(self.app.pool) as conn, conn.transaction():
             # One snapshot and one now() for every number on the page: the done of the
             # last hour, the charts and the counts by state agree.
             await self.app.store.read_snapshot(conn)
             queues = await admin.queues(conn, self.app.store)
-            history = await admin.queue_history(conn, self.app.store, minutes=CHART_MINUTES)
+            history = await admin.queue_history(conn, self.app.store, minutes=minutes, per=per)
             stats = await admin.stats(conn, self.app.store, minutes=CHART_MINUTES)
             schedules = await admin.schedules(conn, self.app.store, self.app.schedules.values())
         limits = [lim for lim in await self.app.limits() if _limited(lim)]
         drawn = chart.throughput(stats.throughput, now=stats.now, minutes=CHART_MINUTES)
-        trends = {q.name: chart.trends(history[q.name]) for q in queues if q.name in history}
+        # The queues listed first, then those whose jobs are all gone but not their samples.
+        names = [q.name for q in queues if q.name in history]
+        names += [name for name in history if name not in names]
+        trends = {name: chart.trends(history[name]) for name in names}
         return self.render(
             request,
             "queues.html",
@@ -154,6 +163,9 @@ class Dashboard:
             stats=stats,
             chart=drawn,
             trends=trends,
+            window=window,
+            per=per,
+            windows=list(WINDOWS),
             spark_width=chart.SPARK_WIDTH,
             spark_height=chart.SPARK_HEIGHT,
             schedules=schedules,

@@ -1,6 +1,6 @@
 """Charts laid out for inline SVG (no script, no stylesheet: the templates draw shapes at
 these coordinates): jobs ended per minute as stacked bars, and each queue's ready jobs,
-jobs done per minute and wait over the last hour as small lines."""
+jobs done and wait over a window (an hour, a day, a week) as small lines."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def throughput(rows: Sequence[tuple[datetime, str, int]], *, now: datetime, minu
     return Chart(width=WIDTH, height=HEIGHT, bars=bars, peak=peak, labels=labels)
 
 
-# -- a queue over the last hour: three small line charts -------------------------------
+# -- a queue over a window: three small line charts ------------------------------------
 
 SPARK_WIDTH = 180
 SPARK_HEIGHT = 36
@@ -95,7 +95,7 @@ class Spark:
 
 @dataclass(frozen=True, slots=True)
 class Trends:
-    """A queue's depth, jobs done per minute and wait, over its history's minutes."""
+    """A queue's depth, jobs done and wait, over its history's minutes."""
 
     minutes: int
     depth: Spark
@@ -147,11 +147,18 @@ def spark(
 
 
 def trends(history: QueueHistory) -> Trends:
-    """A queue's history as three lines: ready jobs at the end of each minute, jobs
-    done in each minute, the longest wait (due to start) of the jobs claimed in each."""
+    """A queue's history as three lines: ready jobs at the end of each span of
+    ``history.per`` minutes, jobs done in each, the longest wait (due to start) of the
+    jobs claimed in each."""
     return Trends(
         minutes=history.minutes,
         depth=spark("ready", history.depth),
-        rate=spark("done/min", history.done),
+        rate=spark(f"done/{_span(history.per)}", history.done),
         wait=spark("longest wait", history.wait_max, seconds=True),
     )
+
+
+def _span(minutes: int) -> str:
+    if minutes == 1:
+        return "min"
+    return "h" if minutes == 60 else f"{minutes} min"

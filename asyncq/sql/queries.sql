@@ -1018,16 +1018,17 @@ SELECT date_trunc('minute', finished_at), status::text, count(*)
  ORDER BY 1, 2
 
 -- name: queue_history
--- Each queue over the last %(minutes)s minutes, in slots of a minute counted back from now
--- (slot 0 the oldest; the last ends now), from the jobs' own times: per slot, the jobs
--- that became ready (run_at; those ready before the window in slot 0) and those that left
--- the queue (claimed: started_at; cancelled before a claim: finished_at), of the jobs
--- ready at some moment in the window; the jobs done (finished_at: the slots add up to the
--- overview's done in the last hour); the jobs claimed, with the sum and the longest of
--- their waits from run_at to start. A job retried counts from its latest run_at. Each
--- state read through its own index, as asyncq_queue_states reads it.
+-- Each queue over the last %(minutes)s clock minutes (slot 0 the oldest; the last the
+-- minute now in), from the jobs' own times: per slot, the jobs that became ready (run_at;
+-- those ready before the window in slot 0) and those that left the queue (claimed:
+-- started_at; cancelled before a claim: finished_at), of the jobs ready at some moment in
+-- the window; the jobs done (finished_at); the jobs claimed, with the sum and the longest
+-- of their waits from run_at to start. A job retried counts from its latest run_at, and a
+-- job pruned not at all (asyncq_queue_samples keep them). Each state read through its own
+-- index, as asyncq_queue_states reads it.
 WITH clock AS MATERIALIZED (
-    SELECT now() AS now, now() - make_interval(mins => %(minutes)s) AS start
+    SELECT now() AS now, date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+           AS start
 ), jobs AS (
     SELECT j.queue, j.status::text AS status, j.run_at, j.started_at, j.finished_at
       FROM asyncq_jobs j, clock c WHERE j.status = 'done' AND j.finished_at > c.start
@@ -1074,6 +1075,84 @@ SELECT e.queue,
   FROM events e, clock c
  GROUP BY 1, 2
  ORDER BY 1, 2
+
+-- name: queue_samples
+-- The samples (migration 0029) of the last %(minutes)s clock minutes, numbered as
+-- queue_history numbers its slots, and whether each was counted after its minute ended.
+WITH clock AS MATERIALIZED (
+    SELECT date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1) AS start
+)
+SELECT s.queue, (extract(epoch FROM s.minute - c.start) / 60)::int AS slot,
+       s.sampled_at >= s.minute + interval '1 minute' AS whole,
+       s.depth, s.done, s.started, s.wait_sum, s.wait_max
+  FROM asyncq_queue_samples s, clock c
+ WHERE s.minute >= c.start
+ ORDER BY 1, 2
+
+-- name: write_queue_samples
+-- The samples of the minute now in and the one before, per queue: the ready and running
+-- jobs counted now (%(queues)s, %(depth)s, %(running)s: the queues' overview) for the
+-- minute now in; for both, the jobs done, failed and claimed in them, read as
+-- queue_history reads them. Never fewer than a sample counted before (see 0029).
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now, date_trunc('minute', now()) AS current,
+           date_trunc('minute', now()) - interval '1 minute' AS start
+), jobs AS (
+    SELECT j.queue, j.status::text AS status, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j, clock c WHERE j.status = 'done' AND j.finished_at >= c.start
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j, clock c
+     WHERE j.status IN ('failed', 'cancelled') AND j.finished_at >= c.start
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j WHERE j.expires_at IS NOT NULL AND j.status = 'running'
+    UNION ALL
+    SELECT j.queue, j.status::text, j.run_at, j.started_at, j.finished_at
+      FROM asyncq_jobs j WHERE j.status = 'waiting'
+), events AS (
+    SELECT j.queue, date_trunc('minute', j.finished_at) AS minute,
+           (j.status = 'done')::int AS done, (j.status = 'failed')::int AS failed,
+           0 AS started, NULL::float8 AS wait
+      FROM jobs j, clock c WHERE j.finished_at >= c.start AND j.status IN ('done', 'failed')
+    UNION ALL
+    SELECT j.queue, date_trunc('minute', j.started_at), 0, 0, 1,
+           extract(epoch FROM j.started_at - j.run_at)::float8
+      FROM jobs j, clock c WHERE j.started_at >= c.start AND j.started_at >= j.run_at
+), counted AS (
+    SELECT e.queue, e.minute, sum(e.done)::int AS done, sum(e.failed)::int AS failed,
+           sum(e.started)::int AS started, coalesce(sum(e.wait), 0)::float8 AS wait_sum,
+           max(e.wait) AS wait_max
+      FROM events e GROUP BY 1, 2
+), counts_now AS (
+    SELECT d.queue, c.current AS minute, d.depth, d.running
+      FROM unnest(%(queues)s::text[], %(depth)s::int[], %(running)s::int[])
+           AS d(queue, depth, running), clock c
+), sampled AS (
+    SELECT coalesce(n.queue, k.queue) AS queue, coalesce(n.minute, k.minute) AS minute,
+           n.depth, n.running, coalesce(k.done, 0) AS done, coalesce(k.failed, 0) AS failed,
+           coalesce(k.started, 0) AS started, coalesce(k.wait_sum, 0) AS wait_sum, k.wait_max
+      FROM counts_now n FULL JOIN counted k ON k.queue = n.queue AND k.minute = n.minute
+)
+INSERT INTO asyncq_queue_samples AS s
+       (queue, minute, depth, running, done, failed, started, wait_sum, wait_max, sampled_at)
+SELECT d.queue, d.minute, d.depth, d.running, d.done, d.failed, d.started, d.wait_sum,
+       d.wait_max, c.now
+  FROM sampled d, clock c
+ ORDER BY 1, 2
+ON CONFLICT (queue, minute) DO UPDATE
+   SET depth = coalesce(excluded.depth, s.depth),
+       running = coalesce(excluded.running, s.running),
+       done = greatest(s.done, excluded.done),
+       failed = greatest(s.failed, excluded.failed),
+       wait_sum = CASE WHEN excluded.started >= s.started THEN excluded.wait_sum
+                       ELSE s.wait_sum END,
+       started = greatest(s.started, excluded.started),
+       wait_max = greatest(s.wait_max, excluded.wait_max),
+       sampled_at = excluded.sampled_at
+
+-- name: prune_queue_samples
+DELETE FROM asyncq_queue_samples WHERE minute < now() - %(retention)s::interval
 
 -- name: read_snapshot
 -- The reads that follow in this transaction see one snapshot and one now(): a page's

@@ -265,7 +265,10 @@ class WorkerSettings:
     wakeups_interval: float = 10.0
     unknown_interval: float = 30.0
     prune_interval: float = 60.0
-    depth_interval: float = 15.0
+    # How often each queue's jobs are counted, for the metrics and the queue samples (a
+    # minute's sample is whole once counted after its end), and how long samples are kept.
+    samples_interval: float = 15.0
+    samples_retention: timedelta = timedelta(days=7)
     presence_interval: float = 5.0  # how often the worker's row in asyncq_workers is refreshed
     workers_interval: float = 60.0  # the maintenance's look for rows of workers that died
     app_path: str | None = None  # MODULE:APP, as `asyncq worker` was given it

@@ -43,9 +43,9 @@ from asyncq.worker.limiter import Limiter
 from asyncq.worker.listener import Listener
 from asyncq.worker.logcapture import LogCapture, level_of
 from asyncq.worker.maintenance import Maintainer
-from asyncq.worker.maintenance.depth import DepthSampler
 from asyncq.worker.maintenance.pruner import Pruner
 from asyncq.worker.maintenance.rescuer import Rescuer
+from asyncq.worker.maintenance.samples import QueueSampler
 from asyncq.worker.maintenance.scheduler import Scheduler
 from asyncq.worker.maintenance.unknown import UnknownTasks
 from asyncq.worker.maintenance.wakeups import LostWakeups
@@ -327,16 +327,11 @@ class Worker:
                         retention=settings.retention,
                     ),
                     DeadWorkers(store=self.store, interval=settings.workers_interval),
-                    *(
-                        [
-                            DepthSampler(
-                                store=self.store,
-                                interval=settings.depth_interval,
-                                observer=observer,
-                            )
-                        ]
-                        if settings.metrics_port is not None
-                        else []
+                    QueueSampler(
+                        store=self.store,
+                        interval=settings.samples_interval,
+                        retention=settings.samples_retention,
+                        observer=observer,
                     ),
                 ],
                 observer=observer,

@@ -279,6 +279,11 @@ def test_the_documented_roles_do_their_jobs_and_nothing_more(
     assert outcome[orphan] == ("done", 2)  # reaped, then run
     assert "LeaseExpired" in errors_of[orphan]
     assert old not in outcome  # pruned
+    with psycopg.connect(cluster.owner) as owner:
+        sampled = owner.execute(
+            f"SELECT count(*) FROM {SCHEMA}.asyncq_queue_samples WHERE queue = 'default'"
+        ).fetchone()
+    assert sampled is not None and sampled[0] >= 1  # the queue trends, written by the worker
     for problem in ("permission denied", "InsufficientPrivilege", "failed (", "Traceback"):
         assert problem not in logs, logs
     assert len(ledger.events("end", ids["slow"][0])) == 1
@@ -374,3 +379,5 @@ def test_the_documented_dashboard_role_runs_bulk_actions_and_only_adds_audit_rec
     assert denied(dashboard, f"UPDATE {audit} SET actor = 'someone else'")
     assert denied(dashboard, f"UPDATE {audit} SET filter = '{{}}'")
     assert denied(dashboard, f"UPDATE {jobs} SET task_name = 'other'")
+    # The queue trends, read through its worker role.
+    assert not denied(dashboard, f"SELECT * FROM {SCHEMA}.asyncq_queue_samples")

@@ -5,8 +5,11 @@ from the jobs' own times; and no number on the page contradicts another."""
 from __future__ import annotations
 
 import re
+import time
+from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import psycopg
 import pytest
@@ -19,16 +22,21 @@ needs_the_extra()
 pytestmark = pytest.mark.anyio
 
 
+AT = "(date_trunc('minute', now()) + interval '50 seconds')"
+
+
 def write(db: psycopg.Connection[Any], queue: str, status: str, **ago: float | None) -> None:
-    """A job of ``queue`` whose times are so many minutes ago (negative: to come)."""
+    """A job of ``queue`` whose times are so many minutes before the 50th second of the
+    clock minute now in (negative: after it): the minute a time falls in does not hang on
+    when the test runs."""
     times = {k: ago.get(k) for k in ("run_at", "started_at", "finished_at")}
     db.execute(
         "INSERT INTO asyncq_jobs (task_name, queue, status, run_at, started_at, finished_at,"
         "                         expires_at)"
         " VALUES ('t', %s, %s,"
-        "         now() - make_interval(secs => %s * 60),"
-        "         now() - make_interval(secs => %s * 60),"
-        "         now() - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
+        f"         {AT} - make_interval(secs => %s * 60),"
         "         CASE WHEN %s = 'running' THEN now() + interval '1 minute' END)",
         (queue, status, times["run_at"] or 0.0, times["started_at"], times["finished_at"], status),
     )
@@ -36,6 +44,10 @@ def write(db: psycopg.Connection[Any], queue: str, status: str, **ago: float | N
 
 @pytest.fixture
 def known(db: psycopg.Connection[Any]) -> None:
+    # The jobs written and the history read within one clock minute.
+    second = datetime.now(UTC).second
+    if second >= 55:
+        time.sleep(61 - second)
     # mail: three jobs done 10, 20 and 30 minutes ago, each due 40 s (2/3 minute) before it
     # started; one done two hours ago (not in the last hour); two ready for the last five
     # minutes and one due in ten.
@@ -72,6 +84,39 @@ async def test_a_queues_history_minute_by_minute(app: asyncq.App, known: None) -
     assert reports.depth[-6:] == [0, 0, 1, 1, 0, 0]
     assert reports.wait_max[-2] == pytest.approx(120.0, abs=0.5)
     assert overview["reports"].ready == 0 and overview["reports"].running == 1
+
+
+async def test_the_minutes_samples_counted_whole_come_from_them_the_rest_from_the_jobs(
+    app: asyncq.App, db: psycopg.Connection[Any]
+) -> None:
+    if datetime.now(UTC).second >= 55:  # written and read within one clock minute
+        await anyio.sleep(6)
+    # Samples of each minute of the last hour but the one now in, counted after it ended;
+    # and the jobs of the minute now in: one done, two ready.
+    db.execute(
+        "INSERT INTO asyncq_queue_samples"
+        "       (queue, minute, depth, running, done, started, wait_sum, wait_max, sampled_at)"
+        " SELECT 'mail', date_trunc('minute', now()) - make_interval(mins => m), 4, 0, 2, 2,"
+        "        3.0, 2.0, date_trunc('minute', now()) - make_interval(mins => m - 1)"
+        "   FROM generate_series(1, 59) AS m"
+    )
+    db.execute(
+        "INSERT INTO asyncq_jobs (task_name, queue, status, run_at, started_at, finished_at)"
+        " VALUES ('t', 'mail', 'done', now(), now(), now()),"
+        "        ('t', 'mail', 'queued', now(), NULL, NULL),"
+        "        ('t', 'mail', 'queued', now(), NULL, NULL)"
+    )
+    async with app.pool.connection() as conn:
+        mail = (await admin.queue_history(conn, app.store, minutes=60))["mail"]
+        day = (await admin.queue_history(conn, app.store, minutes=1440, per=15))["mail"]
+    assert mail.done == [2] * 59 + [1]
+    assert mail.depth == [4] * 59 + [2]
+    assert mail.wait_max == [2.0] * 59 + [0.0]
+    assert mail.wait_avg[:59] == [1.5] * 59
+    # A day in quarters: the samples' last hour is in the last four, the rest unknown.
+    assert sum(day.done) == 2 * 59 + 1
+    assert day.depth[:-5] == [None] * 91 and day.depth[-1] == 2
+    assert day.done[-4:-1] == [30, 30, 30]
 
 
 async def test_the_queues_page_shows_each_queues_trends_and_counts_that_agree(
