@@ -19,10 +19,11 @@ round has three parts, each with ``--workers`` worker processes of
   start (``started_at - created_at``, the server's clock), with the backlog's jobs that
   started in between counted.
 
-A group's figures (max and median of its samples) count only the samples while it had
-queued jobs, after a warm-up (its first job started), and in ``kill`` only those after
-the dead worker's last job was put back. Medians over the rounds; the plot is the last
-round's ``limits`` and ``kill`` samples. Nothing here asserts a timing.
+A group's figures (the max, median and mean of its samples, and how fast its queued jobs
+went) count only the samples while it had queued jobs, after a warm-up (its first job
+started), and in ``kill`` only those after the dead worker's last job was put back.
+Medians over the rounds; the plot is the last round's ``limits`` and ``kill`` samples.
+Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class GroupFigure:
     limit: int
     max: int
     median: float
+    mean: float  # the time-weighted concurrency, as the samples are evenly spaced
     samples: int
     started_per_s: float  # how fast its queued jobs went, over the samples counted
 
@@ -103,6 +105,7 @@ def figures(
             limit=limit,
             max=max(live, default=0),
             median=statistics.median(live) if live else 0.0,
+            mean=statistics.fmean(live) if live else 0.0,
             samples=len(live),
             started_per_s=went / span if span > 0 else 0.0,
         )
@@ -121,7 +124,8 @@ def reaped_at(samples: Sequence[Sample], killed_at: float) -> float | None:
 
 
 def over_rounds(rounds: Sequence[dict[str, GroupFigure]]) -> dict[str, GroupFigure]:
-    """Per group: the highest max of the rounds, the median of their medians."""
+    """Per group: the highest max of the rounds, the median of their medians (and of
+    their means and rates)."""
     out = {}
     for group in rounds[0]:
         each = [r[group] for r in rounds]
@@ -129,6 +133,7 @@ def over_rounds(rounds: Sequence[dict[str, GroupFigure]]) -> dict[str, GroupFigu
             limit=each[0].limit,
             max=max(f.max for f in each),
             median=statistics.median(f.median for f in each),
+            mean=statistics.median(f.mean for f in each),
             samples=sum(f.samples for f in each),
             started_per_s=statistics.median(f.started_per_s for f in each),
         )
@@ -289,7 +294,8 @@ def first_run(dsn: str, args: argparse.Namespace) -> list[FirstJob]:
 
 def describe(name: str, figs: dict[str, GroupFigure], ms: int) -> str:
     return "\n".join(
-        f"  {name} group {g} (limit {f.limit:>2}): max {f.max:>2}, median {f.median:g}"
+        f"  {name} group {g} (limit {f.limit:>2}): max {f.max:>2}, median {f.median:g},"
+        f" mean {f.mean:.1f}"
         f" ({f.samples} samples); {f.started_per_s:.0f} jobs/s started"
         f" ({f.started_per_s / (f.limit * 1000 / ms):.0%} of limit / job time)"
         for g, f in figs.items()
@@ -332,7 +338,7 @@ def plot(
                     color=colors[group],
                     linestyle="--",
                     alpha=0.6,
-                    label=f"{group}: held by live workers",
+                    label=f"{group}: held by live workers (dashed)",
                 )
         if kill_at is not None:
             ax.axvline(kill_at, color="tab:red", linewidth=1, label="SIGKILL")
@@ -420,7 +426,7 @@ def main() -> None:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
-    print(f"over {args.rounds} rounds (highest max, median of the medians):")
+    print(f"over {args.rounds} rounds (highest max, medians of the rounds' figures):")
     print(describe("limits", over_rounds(plain_rounds), args.ms))
     if kill_rounds:
         print(describe("kill, after the put-back", over_rounds(kill_rounds), args.kill_ms))

@@ -30,6 +30,7 @@ def test_figures_count_from_a_group_s_first_job_while_it_has_a_backlog() -> None
     figs = figures(samples, LIMITS)
     a, c = figs["A"], figs["C"]
     assert (a.max, a.median, a.samples) == (25, 25, 3)  # 20, 25, 25
+    assert a.mean == pytest.approx(70 / 3)
     assert a.started_per_s == pytest.approx((80 - 30) / 0.2)
     assert (c.max, c.median, c.samples) == (1, 1, 3)
     assert c.started_per_s == pytest.approx((9 - 7) / 0.2)
@@ -45,6 +46,7 @@ def test_figures_count_only_live_workers_jobs_after_since() -> None:
     figs = figures(samples, LIMITS, since=0.1)
     assert (figs["A"].max, figs["A"].median) == (24, 20)  # 13 live, 20, 24
     assert (figs["C"].max, figs["C"].median) == (1, 0)  # 0 live, 1, 0
+    assert figs["A"].mean == pytest.approx(57 / 3)
 
 
 def test_reaped_at_is_the_first_sample_after_the_dead_worker_s_last_job() -> None:
@@ -63,9 +65,10 @@ def test_reaped_at_is_the_first_sample_after_the_dead_worker_s_last_job() -> Non
 
 def test_over_rounds_takes_the_highest_max_and_the_median_of_medians() -> None:
     rounds = [
-        {"A": GroupFigure(limit=25, max=24, median=20.0, samples=10, started_per_s=100.0)},
-        {"A": GroupFigure(limit=25, max=25, median=25.0, samples=10, started_per_s=300.0)},
-        {"A": GroupFigure(limit=25, max=23, median=22.0, samples=5, started_per_s=200.0)},
+        {"A": GroupFigure(25, max=24, median=20.0, mean=9.0, samples=10, started_per_s=100.0)},
+        {"A": GroupFigure(25, max=25, median=25.0, mean=7.0, samples=10, started_per_s=300.0)},
+        {"A": GroupFigure(25, max=23, median=22.0, mean=8.0, samples=5, started_per_s=200.0)},
     ]
     a = over_rounds(rounds)["A"]
-    assert (a.limit, a.max, a.median, a.samples, a.started_per_s) == (25, 25, 22.0, 25, 200.0)
+    assert (a.limit, a.max, a.median, a.mean) == (25, 25, 22.0, 8.0)
+    assert (a.samples, a.started_per_s) == (25, 200.0)
