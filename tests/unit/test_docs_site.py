@@ -38,8 +38,10 @@ def copy_site(site: Path) -> None:
     shutil.copytree(ROOT / "docs", site / "docs")
     shutil.copytree(ROOT / "asyncq", site / "asyncq")
     (site / "benchmarks").mkdir()
-    for name in ("README.md", "full-run.json", "throughput.png", "shape.png", "fair_shares.png"):
-        shutil.copy(ROOT / "benchmarks" / name, site / "benchmarks")
+    for path in [ROOT / "benchmarks" / "README.md", ROOT / "benchmarks" / "full-run.json"]:
+        shutil.copy(path, site / "benchmarks")
+    for chart in (ROOT / "benchmarks").glob("*.png"):
+        shutil.copy(chart, site / "benchmarks")
 
 
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
