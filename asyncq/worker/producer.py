@@ -187,7 +187,7 @@ class Producer:
             claiming(True)
             want = min(slots.free, self.batch_size)
             limited = self._limited(want)
-            ended = slots.ended
+            ended, writes = slots.ended, slots.writes
             slots.take(want)
             self.taken_out += want
             self.limited_out += limited
@@ -224,6 +224,15 @@ class Producer:
                 idle_seen = False
                 with anyio.move_on_after(self.poll_interval):
                     await slots.wait_ended(ended)
+                continue
+            if self.limits is not None and (slots.used or slots.unwritten):
+                # A limit (a task's, or a group's, across the fleet) may have held back
+                # ready jobs: the jobs running count against it until their outcomes are
+                # written. Look again after the next write (or at the poll), not only at
+                # the poll: else a group limited to N runs N jobs a poll interval.
+                idle_seen = False
+                with anyio.move_on_after(self.poll_interval):
+                    await slots.wait_written(writes)
                 continue
             if self.drain:
                 if not jobs and self.is_idle():

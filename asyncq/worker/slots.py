@@ -34,6 +34,7 @@ class Slots:
         self.used = 0
         self.unwritten = 0
         self.ended = 0  # attempts ended so far
+        self.writes = 0  # writes of outcomes so far
         self.average: float | None = None  # seconds an attempt lasts, on average
         self._freed = asyncio.Event()
 
@@ -72,6 +73,7 @@ class Slots:
 
     def written(self, n: int) -> None:
         self.unwritten -= n
+        self.writes += 1
         self._freed.set()
 
     def enough(self, at_least: int) -> bool:
@@ -87,5 +89,11 @@ class Slots:
     async def wait_ended(self, ended: int) -> None:
         """Wait until more than ``ended`` attempts have ended."""
         while self.ended == ended:
+            self._freed.clear()
+            await self._freed.wait()
+
+    async def wait_written(self, writes: int) -> None:
+        """Wait until more than ``writes`` writes of outcomes have ended."""
+        while self.writes == writes:
             self._freed.clear()
             await self._freed.wait()

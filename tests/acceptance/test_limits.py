@@ -150,3 +150,19 @@ def test_rate_limit_holds_in_every_window(db: Db, workers: Workers) -> None:
     fullest = max(sum(1 for t in starts if s <= t < s + second) for s in starts)
     assert fullest <= RATE, fullest
     assert fullest == RATE
+
+
+def test_a_limited_worker_claims_again_as_its_outcomes_are_written_not_at_the_poll(
+    db: Db, workers: Workers
+) -> None:
+    # A limit (a task's, or a group's) that holds back ready jobs: the jobs running count
+    # against it until their outcomes are written, so the worker looks again after each
+    # write. With only the poll (30 s here) to look again, these 0.1 s jobs, 2 or 3 at a
+    # time, would take minutes; counted by the jobs done, not timed.
+    workers.start("--concurrency", "8", "--poll-interval", "30", app=APP, lease=30)
+    grouped = insert_jobs(db, GROUPED, [{"ms": 100}] * 12, group_key="acme")
+    capped = insert_jobs(db, CAPPED, [{"ms": 100}] * 12)
+
+    samples = sample_until_done(db, GROUPED, grouped + capped, timeout=20)
+    finish(workers)
+    assert max(s["acme"] for s in samples) == GROUP_CAP
