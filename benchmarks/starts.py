@@ -149,6 +149,7 @@ async def drain(
     *,
     wrapper: tuple[str, ...] = (),
     on_ready: Callable[[], Awaitable[None]] | None = None,
+    autovacuum: bool = False,
 ) -> dict[str, Any]:
     """One drain from ``state``; the result as the throughput part's, with the state.
 
@@ -156,11 +157,13 @@ async def drain(
     states, where the workers exit when the queue is empty; in the empty state it is
     stopped). ``on_ready`` runs when the table is in its state and the workers are ready,
     just before they (or, in the empty state, the burst) go: benchmarks/start_profile.py
-    resets the server's statistics there."""
+    resets the server's statistics there. ``autovacuum`` leaves the server's autovacuum
+    (and the tables' own settings of it) on through the drain, as in production."""
     jobs = sizes.jobs(state)
     tables = system.tables
     await system.reset()
-    await _execute(system.dsn, *_each("ALTER TABLE {} SET (autovacuum_enabled = off)", tables))
+    if not autovacuum:
+        await _execute(system.dsn, *_each("ALTER TABLE {} SET (autovacuum_enabled = off)", tables))
     tag = f"{tag_of(system, point)}-{state}"
     loadavg = load()
     try:
@@ -219,7 +222,8 @@ async def drain(
         completed = await system.completed() - before
     finally:
         await system.close_probe()
-        await _execute(system.dsn, *_each("ALTER TABLE {} RESET (autovacuum_enabled)", tables))
+        if not autovacuum:
+            await _execute(system.dsn, *_each("ALTER TABLE {} RESET (autovacuum_enabled)", tables))
     seconds = finished - started
     return {
         "state": state,

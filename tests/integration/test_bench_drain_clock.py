@@ -44,3 +44,36 @@ async def test_backlog_drain_ends_at_the_workers_exit_without_polling(
     assert result["completed"] == 3_000
     assert result["seconds"] > 0
     assert system.polls == 0
+
+
+@pytest.mark.parametrize("autovacuum", [False, True])
+async def test_drain_leaves_autovacuum_on_when_asked(
+    dsn: str, tmp_path: Path, autovacuum: bool
+) -> None:
+    system = SqlSystem(dsn)
+    await system.open()
+    seen: list[object] = []
+
+    async def read_options() -> None:
+        row = await (
+            await system.conn.execute(
+                "SELECT reloptions FROM pg_class WHERE oid = 'asyncq_jobs'::regclass"
+            )
+        ).fetchone()
+        seen.append(row[0] if row else None)
+
+    try:
+        result = await drain(
+            system,
+            Point(10, 100, variant="batched"),
+            Sizes(burst=100, backlog=500, finished=0),
+            tmp_path,
+            "backlog",
+            on_ready=read_options,
+            autovacuum=autovacuum,
+        )
+    finally:
+        await system.close()
+    assert result["ok"], result
+    (options,) = seen
+    assert ("autovacuum_enabled=off" in (options or [])) is not autovacuum
