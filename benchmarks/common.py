@@ -147,6 +147,7 @@ class WorkerProcess:
     lines: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    exited_at: float | None = None  # perf_counter time when ``EXIT`` was read
     _reader: asyncio.Task[None] | None = None
 
     @classmethod
@@ -188,6 +189,7 @@ class WorkerProcess:
             elif line.startswith("L "):
                 self.latencies.put_nowait(float(line[2:]))
             elif line == "EXIT":
+                self.exited_at = time.perf_counter()
                 self.exited.set()
             elif line.startswith("CODE "):
                 self.code = line[5:]
@@ -240,6 +242,24 @@ class WorkerProcess:
         with contextlib.suppress(TimeoutError):
             return await asyncio.wait_for(self.proc.wait(), within)
         return None
+
+    async def wait_drained(self, within: float) -> float:
+        """Wait for ``EXIT`` (a drain-mode worker's: nothing left to claim, every outcome
+        written); the perf_counter time it was read."""
+        waiter = asyncio.create_task(self.exited.wait())
+        dead = asyncio.create_task(self.proc.wait())
+        await asyncio.wait({waiter, dead}, timeout=within, return_when="FIRST_COMPLETED")
+        dead.cancel()
+        if self.exited_at is None and dead.done():
+            # The process may end just before its reader has read the line.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(waiter, 2.0)
+        waiter.cancel()
+        if self.exited_at is not None:
+            return self.exited_at
+        if self.proc.returncode is not None:
+            raise RuntimeError(f"worker exited without draining: {self.error_tail()}")
+        raise TimeoutError(f"worker still draining after {within:.0f}s")
 
     async def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds."""

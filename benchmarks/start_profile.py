@@ -3,8 +3,11 @@ statement (``pg_stat_statements``), then one more under py-spy (the worker's fun
 
 The table is put in its state as the ``starts`` part does (benchmarks/starts.py); the
 statistics are reset when the workers are ready, so that they hold the drain's statements
-only (and the harness's probe of what is left, every 10 ms). asyncq sends one statement per
-round trip (no pipelining), so the calls per job are its round trips per job.
+only (in the empty state also the harness's probe of what is left, every 10 ms). asyncq
+sends one statement per round trip (no pipelining), so the calls per job are its round
+trips per job. ``--autovacuum`` leaves autovacuum on for the table through the drains (as
+in production), ``--table-setting`` changes its storage settings first, ``--repeats``
+drains that many times (the statements are the last drain's).
 
 pg_stat_statements must be preloaded (``shared_preload_libraries``; with
 ``pg_stat_statements.track_planning = on`` the planning time is counted too): a server of
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import profile
-from benchmarks.common import connect, recreate_database
+from benchmarks.common import connect, median, recreate_database
 from benchmarks.starts import STATES, Sizes, drain
 from benchmarks.systems import Point, System, load
 
@@ -54,6 +57,12 @@ SELECT i.indexrelname, i.idx_blks_hit + i.idx_blks_read, i.idx_blks_read, u.idx_
 """
 
 
+# Autovacuum's visits to the table since the statistics were reset (the drain's).
+AUTOVACUUMS = """
+SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'asyncq_jobs'
+"""
+
+
 async def _reset(dsn: str) -> None:
     async with await connect(dsn) as conn:
         await conn.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
@@ -64,6 +73,13 @@ async def _statements(dsn: str) -> list[dict[str, Any]]:
         cur = await conn.execute(STATEMENTS)
         names = [column.name for column in cur.description or ()]
         return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+
+
+async def _autovacuums(dsn: str) -> dict[str, int]:
+    async with await connect(dsn) as conn:
+        row = await (await conn.execute(AUTOVACUUMS)).fetchone()
+    vacuums, analyzes = row or (0, 0)
+    return {"autovacuums": vacuums, "autoanalyzes": analyzes}
 
 
 async def _relations(dsn: str, jobs: int) -> list[dict[str, Any]]:
@@ -120,11 +136,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     sizes = Sizes(burst=args.jobs, backlog=args.jobs, finished=args.finished_jobs)
     log_dir = args.out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    settings = ", ".join(args.table_setting)
     try:
-        run = await drain(system, point, sizes, log_dir, args.state, on_ready=lambda: _reset(dsn))
+        if settings:
+            async with await connect(dsn) as conn:
+                await conn.execute(f"ALTER TABLE asyncq_jobs SET ({settings})")
+        drains = []
+        for _ in range(args.repeats):
+            run = await drain(
+                system,
+                point,
+                sizes,
+                log_dir,
+                args.state,
+                on_ready=lambda: _reset(dsn),
+                autovacuum=args.autovacuum,
+            )
+            drains.append({**run, **await _autovacuums(dsn)})
         result: dict[str, Any] = {
             "state": args.state,
             "point": point.label,
+            "autovacuum": args.autovacuum,
+            "table_settings": settings,
+            "drains": drains,
+            "median_rate": median([d["rate"] for d in drains]),
             "drain": run,
             "load": os.getloadavg(),
             **per_job(await _statements(dsn), run["jobs"], run["seconds"]),
@@ -147,7 +182,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     run = result["drain"]
+    drains = result.get("drains", [run])
     lines = [
+        "drains: "
+        + "; ".join(
+            f"{d['rate']:,.0f} jobs/s (load {d['load']:.1f},"
+            f" {d.get('autovacuums', 0)} autovacuums, {d.get('autoanalyzes', 0)} autoanalyzes)"
+            for d in drains
+        )
+        + f"; median {result.get('median_rate', run['rate']):,.0f}"
+        + (
+            " (autovacuum on"
+            + (f"; {result['table_settings']}" if result.get("table_settings") else "")
+            + ")"
+            if result.get("autovacuum")
+            else ""
+        ),
+        "the last drain's statements:",
         f"asyncq {result['point']} from {result['state']} ({run['jobs']:,} jobs):"
         f" {run['rate']:,.0f} jobs/s, load {run['load']:.1f};"
         f" {result['round_trips_per_job']:.3f} round trips per job,"
@@ -192,6 +243,20 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--finished-jobs", type=int, default=1_000_000, help="history state")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--batch", type=int, default=0, help="0: the worker's own")
+    parser.add_argument("--repeats", type=int, default=1, help="drains with statistics")
+    parser.add_argument(
+        "--autovacuum",
+        action="store_true",
+        help="leave autovacuum on for asyncq_jobs through the drains (the server's setting)",
+    )
+    parser.add_argument(
+        "--table-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a storage setting of asyncq_jobs for the drains, e.g."
+        " autovacuum_vacuum_scale_factor=0 (repeatable)",
+    )
     parser.add_argument(
         "--py-spy", action=argparse.BooleanOptionalAction, default=True, help="the second drain"
     )
