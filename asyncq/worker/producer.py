@@ -303,43 +303,50 @@ class Producer:
                 limit -= len(aged)
                 if not limit:
                     return aged, sent
-                completer = self.completer
-                plain = completer.take_plain() if completer is not None else None
-                if plain:
-                    assert completer is not None
-                    try:
-                        jobs, written = await self.store.claim_writing_done(
+                try:
+                    completer = self.completer
+                    plain = completer.take_plain() if completer is not None else None
+                    if plain:
+                        assert completer is not None
+                        try:
+                            jobs, written = await self.store.claim_writing_done(
+                                conn,
+                                worker=self.worker,
+                                limit=limit,
+                                queues=self.queues,
+                                lease=self.lease,
+                                done=[o.job for o in plain],
+                                skip=sorted(self.skip) if self.skip else None,
+                            )
+                        except BaseException:
+                            completer.give_back(plain)  # written or not: the fence tells
+                            raise
+                        completer.written_by_claim(plain, written)
+                    elif self.limits is not None:
+                        jobs = await self.store.claim_limited(
                             conn,
                             worker=self.worker,
                             limit=limit,
                             queues=self.queues,
                             lease=self.lease,
-                            done=[o.job for o in plain],
+                            limits=self.limits,
+                            limited=min(limited, limit),
+                        )
+                    else:
+                        jobs = await self.store.claim(
+                            conn,
+                            worker=self.worker,
+                            limit=limit,
+                            queues=self.queues,
+                            lease=self.lease,
                             skip=sorted(self.skip) if self.skip else None,
                         )
-                    except BaseException:
-                        completer.give_back(plain)  # written or not: the fence tells
-                        raise
-                    completer.written_by_claim(plain, written)
-                elif self.limits is not None:
-                    jobs = await self.store.claim_limited(
-                        conn,
-                        worker=self.worker,
-                        limit=limit,
-                        queues=self.queues,
-                        lease=self.lease,
-                        limits=self.limits,
-                        limited=min(limited, limit),
-                    )
-                else:
-                    jobs = await self.store.claim(
-                        conn,
-                        worker=self.worker,
-                        limit=limit,
-                        queues=self.queues,
-                        lease=self.lease,
-                        skip=sorted(self.skip) if self.skip else None,
-                    )
+                except TRANSIENT_ERRORS as exc:
+                    # The aged jobs are claimed (committed): run them, and let the next
+                    # claim meet the error, rather than leave them to their lease.
+                    if aged and is_transient(exc):
+                        return aged, sent
+                    raise
         return aged + jobs if aged else jobs, sent
 
     async def _claim_aged(self, conn: Conn, limit: int, now: float) -> list[Job]:
