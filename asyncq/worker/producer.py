@@ -300,47 +300,10 @@ class Producer:
             async with kept.connection() as conn:
                 sent = asyncio.get_running_loop().time()
                 aged = await self._claim_aged(conn, limit, sent)
-                limit -= len(aged)
-                if not limit:
+                if len(aged) == limit:
                     return aged, sent
                 try:
-                    completer = self.completer
-                    plain = completer.take_plain() if completer is not None else None
-                    if plain:
-                        assert completer is not None
-                        try:
-                            jobs, written = await self.store.claim_writing_done(
-                                conn,
-                                worker=self.worker,
-                                limit=limit,
-                                queues=self.queues,
-                                lease=self.lease,
-                                done=[o.job for o in plain],
-                                skip=sorted(self.skip) if self.skip else None,
-                            )
-                        except BaseException:
-                            completer.give_back(plain)  # written or not: the fence tells
-                            raise
-                        completer.written_by_claim(plain, written)
-                    elif self.limits is not None:
-                        jobs = await self.store.claim_limited(
-                            conn,
-                            worker=self.worker,
-                            limit=limit,
-                            queues=self.queues,
-                            lease=self.lease,
-                            limits=self.limits,
-                            limited=min(limited, limit),
-                        )
-                    else:
-                        jobs = await self.store.claim(
-                            conn,
-                            worker=self.worker,
-                            limit=limit,
-                            queues=self.queues,
-                            lease=self.lease,
-                            skip=sorted(self.skip) if self.skip else None,
-                        )
+                    jobs = await self._claim_rest(conn, limit - len(aged), limited)
                 except TRANSIENT_ERRORS as exc:
                     # The aged jobs are claimed (committed): run them, and let the next
                     # claim meet the error, rather than leave them to their lease.
@@ -348,6 +311,47 @@ class Producer:
                         return aged, sent
                     raise
         return aged + jobs if aged else jobs, sent
+
+    async def _claim_rest(self, conn: Conn, limit: int, limited: int) -> list[Job]:
+        """The plain claim (writing the done outcomes waiting, if any) or the limited one."""
+        completer = self.completer
+        plain = completer.take_plain() if completer is not None else None
+        if plain:
+            assert completer is not None
+            try:
+                jobs, written = await self.store.claim_writing_done(
+                    conn,
+                    worker=self.worker,
+                    limit=limit,
+                    queues=self.queues,
+                    lease=self.lease,
+                    done=[o.job for o in plain],
+                    skip=sorted(self.skip) if self.skip else None,
+                )
+            except BaseException:
+                completer.give_back(plain)  # written or not: the fence tells
+                raise
+            completer.written_by_claim(plain, written)
+        elif self.limits is not None:
+            jobs = await self.store.claim_limited(
+                conn,
+                worker=self.worker,
+                limit=limit,
+                queues=self.queues,
+                lease=self.lease,
+                limits=self.limits,
+                limited=min(limited, limit),
+            )
+        else:
+            jobs = await self.store.claim(
+                conn,
+                worker=self.worker,
+                limit=limit,
+                queues=self.queues,
+                lease=self.lease,
+                skip=sorted(self.skip) if self.skip else None,
+            )
+        return jobs
 
     async def _claim_aged(self, conn: Conn, limit: int, now: float) -> list[Job]:
         """The jobs that aging puts ahead of the plain claim's, if it is time to look."""
